@@ -1,0 +1,201 @@
+"""Seeded partitions of a labelled split into clients.
+
+Every partitioner maps (labels, num_clients, rng, ...) to a list of int arrays, one per client,
+of example indices. Every example is assigned at most once; partitions that promise
+completeness (all but `shards` when the split does not divide evenly) assign every example.
+Impossible requests raise `UserError` naming the flag.
+"""
+import json
+import os
+
+import numpy as np
+
+from fedjax_drift.errors import UserError
+
+NAMES = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity', 'file:PATH')
+
+
+def iid(labels, num_clients, rng):
+  """Shuffles and deals examples into near-equal clients."""
+  return [np.sort(part) for part in np.array_split(rng.permutation(len(labels)), num_clients)]
+
+
+def shards(labels, num_clients, rng, classes_per_client):
+  """Sort-and-partition (McMahan et al.): each client gets s equal, single-label shards.
+
+  Each class's examples (shuffled) are cut into shards of one common size, the largest size
+  that still yields num_clients * s shards in all; every shard holds one label, so a client
+  sees at most s labels. Shards are dealt so a client gets s different labels when a random
+  deal allows it (50 tries). Examples that fill no shard are left out, so sizes are equal.
+  """
+  s = classes_per_client
+  num_classes = int(labels.max()) + 1
+  if s < 1 or s > num_classes:
+    raise UserError(f'--classes_per_client={s} must be between 1 and the number of classes '
+                    f'({num_classes})')
+  num_shards = num_clients * s
+  counts = np.bincount(labels, minlength=num_classes)
+  size = len(labels) // num_shards
+  while size > 0 and np.sum(counts // size) < num_shards:
+    size -= 1
+  if size == 0:
+    raise UserError(f'--partition=shards: {len(labels)} examples cannot fill '
+                    f'{num_clients} clients x {s} shards')
+  pool = []  # (label, indices) per shard
+  for c in range(num_classes):
+    idx = rng.permutation(np.flatnonzero(labels == c))
+    pool += [(c, idx[k * size:(k + 1) * size]) for k in range(counts[c] // size)]
+  # Keep num_shards shards, dropping from the classes that have the most.
+  while len(pool) > num_shards:
+    per_class = np.bincount([c for c, _ in pool], minlength=num_classes)
+    richest = int(np.argmax(per_class))
+    drop = max(k for k, (c, _) in enumerate(pool) if c == richest)
+    pool.pop(drop)
+  shard_labels = np.array([c for c, _ in pool])
+  best, best_dupes = None, None
+  for _ in range(50):
+    assign = rng.permutation(num_shards).reshape(num_clients, s)
+    dupes = sum(len(set(shard_labels[row])) < s for row in assign)
+    if best is None or dupes < best_dupes:
+      best, best_dupes = assign, dupes
+    if dupes == 0:
+      break
+  return [np.sort(np.concatenate([pool[k][1] for k in row])) for row in best]
+
+
+def dirichlet(labels, num_clients, rng, alpha, min_size=1):
+  """Per-class Dirichlet allocation (Hsu et al. 2019 / Yurochkin et al.): for each class c,
+  the class's examples are split across clients in proportions ~ Dir(alpha * 1_N).
+
+  Redraws (up to 100 times) until every client has at least `min_size` examples.
+  """
+  if alpha <= 0:
+    raise UserError(f'--dirichlet_alpha={alpha} must be > 0')
+  num_classes = int(labels.max()) + 1
+  for _ in range(100):
+    parts = [[] for _ in range(num_clients)]
+    for c in range(num_classes):
+      idx = rng.permutation(np.flatnonzero(labels == c))
+      props = rng.dirichlet(np.full(num_clients, alpha))
+      cuts = (np.cumsum(props)[:-1] * len(idx)).astype(int)
+      for i, chunk in enumerate(np.split(idx, cuts)):
+        parts[i].append(chunk)
+    parts = [np.sort(np.concatenate(p)) for p in parts]
+    if min(len(p) for p in parts) >= min_size:
+      return parts
+  raise UserError(f'--partition=dirichlet with --dirichlet_alpha={alpha} left a client with '
+                  f'fewer than {min_size} examples in 100 draws; raise alpha or lower '
+                  '--num_clients')
+
+
+def dirichlet_client(labels, num_clients, rng, alpha):
+  """Per-client class mixtures (Hsu et al. 2019): client i draws q_i ~ Dir(alpha * 1_C) and
+  takes an equal share (len / num_clients examples) with labels drawn from q_i, without
+  replacement. A class that runs out is removed and the client's mixture renormalised.
+  """
+  if alpha <= 0:
+    raise UserError(f'--dirichlet_alpha={alpha} must be > 0')
+  num_classes = int(labels.max()) + 1
+  pools = [list(rng.permutation(np.flatnonzero(labels == c))) for c in range(num_classes)]
+  size = len(labels) // num_clients
+  if size == 0:
+    raise UserError(f'--num_clients={num_clients} exceeds the {len(labels)} examples')
+  parts = []
+  for _ in range(num_clients):
+    q = rng.dirichlet(np.full(num_classes, alpha))
+    take = []
+    for _ in range(size):
+      avail = np.array([len(p) > 0 for p in pools])
+      w = q * avail
+      if w.sum() <= 0:  # the mixture's classes are exhausted: fall back to what remains
+        w = avail.astype(float)
+      c = rng.choice(num_classes, p=w / w.sum())
+      take.append(pools[c].pop())
+    parts.append(np.sort(np.asarray(take, np.int64)))
+  return parts
+
+
+def quantity(labels, num_clients, rng, alpha):
+  """Quantity skew: client sizes ~ Dir(alpha), labels IID; every client gets >= 1 example."""
+  if alpha <= 0:
+    raise UserError(f'--dirichlet_alpha={alpha} must be > 0')
+  n = len(labels)
+  if n < num_clients:
+    raise UserError(f'--num_clients={num_clients} exceeds the {n} training examples')
+  props = rng.dirichlet(np.full(num_clients, alpha))
+  sizes = 1 + np.floor(props * (n - num_clients)).astype(int)
+  sizes[np.argmax(props)] += n - sizes.sum()
+  perm = rng.permutation(n)
+  return [np.sort(p) for p in np.split(perm, np.cumsum(sizes)[:-1])]
+
+
+def from_file(path, num_examples):
+  """A JSON list of per-client lists of training-example indices."""
+  if not os.path.exists(path):
+    raise UserError(f'--partition=file:{path}: file does not exist')
+  try:
+    with open(path) as f:
+      raw = json.load(f)
+  except (OSError, ValueError) as e:
+    raise UserError(f'--partition=file:{path}: not valid JSON ({e})') from None
+  if not isinstance(raw, list) or not all(isinstance(p, list) for p in raw):
+    raise UserError(f'--partition=file:{path}: expected a JSON list of index lists')
+  parts = []
+  for i, p in enumerate(raw):
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in p):
+      raise UserError(f'--partition=file:{path}: client {i} has non-integer indices')
+    parts.append(np.asarray(p, np.int64))
+  flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+  if len(flat) and (flat.min() < 0 or flat.max() >= num_examples):
+    raise UserError(f'--partition=file:{path}: indices must lie in [0, {num_examples})')
+  if len(np.unique(flat)) != len(flat):
+    raise UserError(f'--partition=file:{path}: an example is assigned more than once')
+  return parts
+
+
+def partition(name, labels, num_clients, seed, classes_per_client=2, dirichlet_alpha=0.5):
+  """Dispatches on --partition; checks that no client is empty."""
+  rng = np.random.default_rng(seed)
+  if name.startswith('file:'):
+    parts = from_file(name[5:], len(labels))
+  else:
+    if num_clients < 1:
+      raise UserError(f'--num_clients={num_clients} must be >= 1')
+    if num_clients > len(labels):
+      raise UserError(f'--num_clients={num_clients} exceeds the {len(labels)} training examples')
+    if name == 'iid':
+      parts = iid(labels, num_clients, rng)
+    elif name == 'shards':
+      parts = shards(labels, num_clients, rng, classes_per_client)
+    elif name == 'dirichlet':
+      parts = dirichlet(labels, num_clients, rng, dirichlet_alpha)
+    elif name == 'dirichlet_client':
+      parts = dirichlet_client(labels, num_clients, rng, dirichlet_alpha)
+    elif name == 'quantity':
+      parts = quantity(labels, num_clients, rng, dirichlet_alpha)
+    else:
+      raise UserError(f'--partition={name} is unknown; use one of {", ".join(NAMES)}')
+  empty = [i for i, p in enumerate(parts) if len(p) == 0]
+  if empty:
+    raise UserError(f'--partition={name} leaves client(s) {empty[:5]} empty')
+  return parts
+
+
+def partition_like(train_parts, train_labels, test_labels, seed, num_classes):
+  """Splits the test set so each client's test labels follow its training label mix.
+
+  Test examples of class c are dealt to clients in proportion to how many training examples
+  of class c each holds (a client without class c gets none). Used for per-client evaluation.
+  """
+  rng = np.random.default_rng(seed + 7919)
+  hist = np.stack([np.bincount(train_labels[p], minlength=num_classes) for p in train_parts])
+  parts = [[] for _ in train_parts]
+  for c in range(num_classes):
+    idx = rng.permutation(np.flatnonzero(test_labels == c))
+    total = hist[:, c].sum()
+    if total == 0 or len(idx) == 0:
+      continue
+    cuts = np.round(np.cumsum(hist[:, c])[:-1] / total * len(idx)).astype(int)
+    for i, chunk in enumerate(np.split(idx, cuts)):
+      parts[i].append(chunk)
+  return [np.sort(np.concatenate(p)) if p else np.zeros(0, np.int64) for p in parts]

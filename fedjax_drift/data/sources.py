@@ -1,0 +1,214 @@
+"""Where examples come from: the embedded subset, local files, or TFDS.
+
+Every loader returns a `Dataset` of numpy arrays. Images keep their compact dtype (uint8 stays
+uint8 on the device and is scaled to [0, 1] inside the compiled step); float features are used
+unchanged. Images are stored NHWC; flat feature vectors keep their shape.
+"""
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+from typing import NamedTuple
+
+import numpy as np
+
+from fedjax_drift.errors import UserError
+
+EMBEDDED_PATH = os.path.join(os.path.dirname(__file__), 'fashion_mnist_small.npz')
+CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse',
+                   'ship', 'truck')
+IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
+             't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
+
+
+class Dataset(NamedTuple):
+  name: str
+  x_train: np.ndarray
+  y_train: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+
+
+def _read_idx(path, expected_ndim):
+  try:
+    with gzip.open(path, 'rb') as f:
+      raw = f.read()
+  except (OSError, EOFError) as e:
+    raise UserError(f'cannot read IDX file {path}: {e}') from None
+  if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 8:
+    raise UserError(f'{path} is not a uint8 IDX file (bad magic number)')
+  ndim = raw[3]
+  if ndim != expected_ndim:
+    raise UserError(f'{path}: expected {expected_ndim} dimensions, found {ndim}')
+  header = 4 + 4 * ndim
+  shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], 'big') for i in range(ndim))
+  if len(raw) != header + int(np.prod(shape)):
+    raise UserError(f'{path} is truncated: header says {shape}, '
+                    f'file has {len(raw) - header} data bytes')
+  return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
+
+
+def read_idx_dir(data_dir):
+  """Reads the four gzipped IDX files of an MNIST-style directory."""
+  if not os.path.isdir(data_dir):
+    raise UserError(f'--data_dir={data_dir} is not a directory')
+  paths = [os.path.join(data_dir, name) for name in IDX_FILES]
+  for p in paths:
+    if not os.path.exists(p):
+      raise UserError(f'missing {p} (an MNIST-style --data_dir holds {", ".join(IDX_FILES)})')
+  x_train, y_train = _read_idx(paths[0], 3), _read_idx(paths[1], 1)
+  x_test, y_test = _read_idx(paths[2], 3), _read_idx(paths[3], 1)
+  return x_train[..., None], y_train, x_test[..., None], y_test
+
+
+def load_npz(path, name=None):
+  """Arrays x_train, y_train, x_test, y_test; uint8 images get a trailing channel if 3-D."""
+  if not os.path.exists(path):
+    raise UserError(f'data file {path} does not exist')
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      missing = [k for k in ('x_train', 'y_train', 'x_test', 'y_test') if k not in f]
+      if missing:
+        raise UserError(f'{path} lacks arrays {missing} (need x_train, y_train, x_test, y_test)')
+      arrays = {k: f[k] for k in ('x_train', 'y_train', 'x_test', 'y_test')}
+  except UserError:
+    raise
+  except Exception as e:  # zipfile/pickle errors of a truncated or foreign file
+    raise UserError(f'cannot read {path} as npz: {e}') from None
+  x_train, x_test = arrays['x_train'], arrays['x_test']
+  if x_train.ndim == 3 and x_test.ndim == 3:  # grey images without channel axis
+    x_train, x_test = x_train[..., None], x_test[..., None]
+  return x_train, arrays['y_train'], x_test, arrays['y_test']
+
+
+def _cache_dir():
+  return os.environ.get('FEDJAX_DRIFT_CACHE',
+                        os.path.join(os.path.expanduser('~'), '.cache', 'fedjax_drift'))
+
+
+def load_cifar10_jpeg(data_dir):
+  """CIFAR-10 from a tarball of {train,test}/<class>/*.jpg, decoded once and cached as .npz.
+
+  Labels follow the canonical CIFAR-10 order (airplane=0 ... truck=9), not the sorted folder
+  names. The cache lives outside the data folder, keyed by the tarball's checksum.
+  """
+  tar_path = data_dir
+  if os.path.isdir(data_dir):
+    tar_path = os.path.join(data_dir, 'cifar10-jpeg.tar.gz')
+  if not os.path.exists(tar_path):
+    raise UserError(f'missing {tar_path} (--dataset=cifar10 expects cifar10-jpeg.tar.gz '
+                    'in --data_dir)')
+  digest = hashlib.sha256()
+  with open(tar_path, 'rb') as f:
+    for chunk in iter(lambda: f.read(1 << 20), b''):
+      digest.update(chunk)
+  cache = os.path.join(_cache_dir(), f'cifar10-{digest.hexdigest()[:16]}.npz')
+  if os.path.exists(cache):
+    return load_npz(cache)
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  splits = {'train': ([], []), 'test': ([], [])}
+  try:
+    with tarfile.open(tar_path, 'r:gz') as tar:
+      for member in tar:
+        parts = member.name.strip('./').split('/')
+        if not member.isfile() or len(parts) < 3 or not parts[-1].endswith('.jpg'):
+          continue
+        split, cls = parts[-3], parts[-2]
+        if split not in splits or cls not in CIFAR10_CLASSES:
+          continue
+        data = tar.extractfile(member).read()
+        image = np.asarray(Image.open(io.BytesIO(data)).convert('RGB'), np.uint8)
+        splits[split][0].append((member.name, image))
+        splits[split][1].append(CIFAR10_CLASSES.index(cls))
+  except (tarfile.TarError, OSError, EOFError) as e:
+    raise UserError(f'cannot read CIFAR-10 tarball {tar_path}: {e}') from None
+  out = {}
+  for split, (items, labels) in splits.items():
+    if not items:
+      raise UserError(f'{tar_path} holds no {split}/<class>/*.jpg images')
+    order = np.argsort([name for name, _ in items], kind='stable')  # tar order is not stable
+    out[f'x_{split}'] = np.stack([items[i][1] for i in order])
+    out[f'y_{split}'] = np.asarray(labels, np.uint8)[order]
+  os.makedirs(os.path.dirname(cache), exist_ok=True)
+  tmp = cache + f'.tmp{os.getpid()}.npz'
+  np.savez(tmp, **out)
+  os.replace(tmp, cache)
+  return out['x_train'], out['y_train'], out['x_test'], out['y_test']
+
+
+def load_tfds(name, data_dir=None):
+  """A TFDS dataset through `tfds.data_source` (random access, numpy; no TensorFlow needed)."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  arrays = []
+  for split in ('train', 'test'):
+    try:
+      source = tfds.data_source(name, split=split, data_dir=data_dir)
+    except Exception as e:
+      raise UserError(f'--dataset=tfds:{name}: TFDS could not load split {split!r}: '
+                      f'{str(e).splitlines()[0] if str(e) else type(e).__name__}') from None
+    examples = [source[i] for i in range(len(source))]
+    image_key = 'image' if 'image' in examples[0] else 'features'
+    arrays.append(np.stack([np.asarray(e[image_key]) for e in examples]))
+    arrays.append(np.asarray([int(e['label']) for e in examples]))
+  return arrays[0], arrays[1], arrays[2], arrays[3]
+
+
+def load(dataset, data_dir=None):
+  """Loads `dataset` (a name from the CLI's --dataset) into a validated `Dataset`."""
+  if dataset == 'embedded':
+    arrays, name = load_npz(EMBEDDED_PATH), 'fashion_mnist_small'
+  elif dataset in ('mnist', 'fashion_mnist'):
+    if not data_dir:
+      raise UserError(f'--dataset={dataset} needs --data_dir=DIR with the gzipped IDX files')
+    arrays, name = read_idx_dir(data_dir), dataset
+  elif dataset == 'cifar10':
+    if not data_dir:
+      raise UserError('--dataset=cifar10 needs --data_dir=DIR holding cifar10-jpeg.tar.gz')
+    arrays, name = load_cifar10_jpeg(data_dir), dataset
+  elif dataset == 'usps':
+    if not data_dir:
+      raise UserError('--dataset=usps needs --data_dir=DIR holding usps.npz')
+    path = data_dir if data_dir.endswith('.npz') else os.path.join(data_dir, 'usps.npz')
+    arrays, name = load_npz(path), dataset
+  elif dataset.startswith('npz:'):
+    arrays, name = load_npz(dataset[4:]), os.path.basename(dataset[4:])
+  elif dataset.startswith('tfds:'):
+    arrays, name = load_tfds(dataset[5:], data_dir), dataset[5:]
+  else:
+    raise UserError(f'--dataset={dataset} is unknown; use embedded, mnist, fashion_mnist, '
+                    'cifar10, usps, npz:PATH or tfds:NAME')
+  return validate(name, *arrays)
+
+
+def validate(name, x_train, y_train, x_test, y_test):
+  """Checks shapes, label range and finiteness; returns a Dataset with int32 labels."""
+  for split, x, y in (('train', x_train, y_train), ('test', x_test, y_test)):
+    if x.ndim < 2:
+      raise UserError(f'{name}: x_{split} must have a leading example axis, got shape {x.shape}')
+    if y.ndim != 1 or len(y) != len(x):
+      raise UserError(f'{name}: y_{split} shape {y.shape} does not match x_{split} {x.shape}')
+    if len(x) == 0:
+      raise UserError(f'{name}: the {split} split is empty')
+    if not np.issubdtype(y.dtype, np.integer):
+      if not np.all(np.equal(np.mod(y, 1), 0)):
+        raise UserError(f'{name}: y_{split} holds non-integer labels')
+    if x.dtype != np.uint8:
+      if not np.issubdtype(x.dtype, np.floating):
+        raise UserError(f'{name}: x_{split} has dtype {x.dtype}; use uint8 images or floats')
+      if not np.all(np.isfinite(x)):
+        raise UserError(f'{name}: x_{split} holds NaN or infinite features')
+  if x_train.shape[1:] != x_test.shape[1:]:
+    raise UserError(f'{name}: train examples have shape {x_train.shape[1:]}, '
+                    f'test examples {x_test.shape[1:]}')
+  y_train, y_test = y_train.astype(np.int64), y_test.astype(np.int64)
+  if y_train.min() < 0 or y_test.min() < 0:
+    raise UserError(f'{name}: labels must be >= 0')
+  num_classes = int(max(y_train.max(), y_test.max())) + 1
+  if num_classes < 2:
+    raise UserError(f'{name}: need at least 2 classes, found {num_classes}')
+  if x_train.dtype != np.uint8:
+    x_train, x_test = x_train.astype(np.float32), x_test.astype(np.float32)
+  return Dataset(name, x_train, y_train.astype(np.int32), x_test, y_test.astype(np.int32),
+                 num_classes)

@@ -1,0 +1,51 @@
+"""Flax models and the pure functions the engine needs from them."""
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_drift.errors import UserError
+from fedjax_drift.models.zoo import MODELS
+
+
+class Model(NamedTuple):
+  """What the rest of the library knows of a model: init and apply, both pure."""
+  name: str
+  family: str                                # 'dense' or 'conv'
+  init: Callable[[jax.Array], Any]           # key -> params
+  apply: Callable[[Any, jax.Array], jax.Array]  # (params, x float32) -> logits
+  input_shape: tuple
+
+
+def get(name, num_classes, input_shape, init='default'):
+  """Builds model `name` for inputs of `input_shape` (one example, no batch axis)."""
+  if name not in MODELS:
+    raise UserError(f'--model={name} is unknown; use one of {", ".join(MODELS)}')
+  if init not in ('default', 'zeros'):
+    raise UserError(f'--init={init} is unknown; use default or zeros')
+  ctor, family = MODELS[name]
+  if family == 'conv' and len(input_shape) != 3:
+    raise UserError(f'--model={name} needs images [H, W, C]; the data has shape {input_shape}')
+  module = ctor(num_classes)
+
+  def init_fn(key):
+    params = module.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32))['params']
+    if init == 'zeros':
+      params = jax.tree.map(jnp.zeros_like, params)
+    return params
+
+  def apply_fn(params, x):
+    return module.apply({'params': params}, x)
+
+  return Model(name, family, init_fn, apply_fn, tuple(input_shape))
+
+
+def num_params(params):
+  return int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))
+
+
+def flatten_names(params):
+  """{'dense/kernel': array, ...}: parameters named by their flax path."""
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  return {'/'.join(str(getattr(k, 'key', k)) for k in path): np.asarray(v) for path, v in flat}
