@@ -1,0 +1,54 @@
+"""fedjax-drift command line: `python experiments/run.py --algo=fedavg --rounds=50 ...`.
+
+Flags are the fields of fedjax_drift.Config (`--help` lists them). Bad input gives one line
+naming the flag and exit code 2.
+"""
+import argparse
+import dataclasses
+import sys
+import typing
+
+
+def _bool(text):
+  value = text.lower()
+  if value in ('1', 'true', 'yes', 'on'):
+    return True
+  if value in ('0', 'false', 'no', 'off'):
+    return False
+  raise argparse.ArgumentTypeError(f'expected true or false, got {text!r}')
+
+
+class _Parser(argparse.ArgumentParser):
+  def error(self, message):  # one line, exit 2, no usage dump
+    sys.stderr.write(f'error: {message}\n')
+    sys.exit(2)
+
+
+def build_parser(config_cls):
+  parser = _Parser(description='Simulate federated learning under non-IID data.',
+                   allow_abbrev=False)
+  hints = typing.get_type_hints(config_cls)
+  for f in dataclasses.fields(config_cls):
+    kind = hints[f.name]
+    kind = _bool if kind is bool else kind
+    kwargs = dict(type=kind, default=f.default, help=f.metadata.get('help', ''))
+    if kind is _bool:
+      kwargs.update(nargs='?', const=True)
+    parser.add_argument(f'--{f.name}', **kwargs)
+  return parser
+
+
+def main(argv=None):
+  sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parents[1]))
+  import fedjax_drift  # pylint: disable=g-import-not-at-top
+  args = build_parser(fedjax_drift.Config).parse_args(argv)
+  try:
+    fedjax_drift.run(fedjax_drift.Config(**vars(args)))
+  except fedjax_drift.UserError as e:
+    sys.stderr.write(f'error: {e}\n')
+    return 2
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,59 @@
+"""Local training: H_i steps of a (corrected) first-order method on a client's objective.
+
+Shared by every algorithm. The pieces that vary by algorithm come in as pure functions:
+
+  objective(params, batch, ctx) -> (loss, ce)    the local loss (task loss + local terms)
+  lookahead(params, ctx) -> point                where the gradient is evaluated (Nesterov)
+  correct(grads, ctx) -> grads                   a local step correction (SCAFFOLD, FedADC, IGFL)
+  optimizer                                      optax local optimizer (SGD, momentum, L2)
+
+One step is
+
+    g = grad objective(lookahead(theta))
+    theta <- theta + optimizer(correct(g))
+
+for the client's own H_i steps, so clients with different data sizes run in one program.
+"""
+import jax
+import jax.numpy as jnp
+import optax
+
+
+def masked_mean(values, mask):
+  return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def cross_entropy(logits, labels):
+  return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+
+def train(params, client, ctx, objective, optimizer, lookahead=None, correct=None):
+  """Runs the client's own H_i steps; returns (final params, mean loss over them).
+
+  The loop's trip count is the client's traced H_i: run sequentially, a short client costs
+  only its own steps; under vmap, JAX turns it into one batched loop to the cohort's longest
+  client in which finished clients' updates are masked out (the no-op steps).
+  """
+  grad_fn = jax.value_and_grad(objective, has_aux=True)
+
+  def step(s, carry):
+    theta, opt_state, loss_sum = carry
+    point = theta if lookahead is None else lookahead(theta, ctx)
+    (loss, _), grads = grad_fn(point, client.batch(s), ctx)
+    if correct is not None:
+      grads = correct(grads, ctx)
+    updates, opt_state = optimizer.update(grads, opt_state, theta)
+    return optax.apply_updates(theta, updates), opt_state, loss_sum + loss
+
+  init = (params, optimizer.init(params), jnp.zeros((), jnp.float32))
+  theta, _, loss_sum = jax.lax.fori_loop(0, client.num_steps, step, init)
+  return theta, loss_sum / jnp.maximum(client.num_steps, 1)
+
+
+def sgd(lr, momentum=0.0, weight_decay=0.0, nesterov=False):
+  """Local SGD; weight decay is classic L2 (wd * theta added to the gradient before the lr)."""
+  parts = []
+  if weight_decay:
+    parts.append(optax.add_decayed_weights(weight_decay))
+  parts.append(optax.sgd(lr, momentum=momentum or None, nesterov=nesterov))
+  return optax.chain(*parts)

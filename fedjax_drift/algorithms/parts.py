@@ -1,0 +1,166 @@
+"""Drift-control mechanisms as composable parts, and `compose`, which builds an algorithm.
+
+A `Part` is a NamedTuple of optional pure hooks (in the spirit of optax's (init, update)
+pairs). Each part owns one slot, keyed by its name, in the server buffers, in each client's
+state and in the payload broadcast to clients. An algorithm is a list of parts, an aggregator
+and an optax server optimizer; `compose` wires them into the engine's `FederatedAlgorithm`:
+
+  client:  objective = task loss + sum of part.loss
+           g = grad objective(lookahead(theta));  g <- part.correct(g) for each part
+           theta <- theta + local_optimizer(g)                     for H_i steps
+           delta = theta_t - theta;   client state <- part.client_final(ctx, delta)
+  server:  pseudo_gradient = aggregator(deltas, weights)           (default: sum p_i delta_i)
+           theta <- theta + server_optimizer(pseudo_gradient)
+           (theta, buffer) <- part.server_update(...)              for each part, in order
+"""
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_drift.algorithms import local
+from fedjax_drift.state import ClientResult, FederatedAlgorithm, PyTree
+
+
+class ClientContext(NamedTuple):
+  """What a client's hooks can read during local training."""
+  global_params: PyTree  # theta_t as received
+  payload: dict          # part name -> what that part broadcast
+  state: dict            # part name -> this client's per-client state
+  lr: float              # local learning rate eta
+  num_steps: jax.Array   # H_i
+  num_examples: jax.Array
+  label_hist: jax.Array  # [C] counts of this client's labels
+  cohort_size: int       # K
+  apply: Callable        # model apply (params, x) -> logits
+
+
+class ServerContext(NamedTuple):
+  """What server hooks can read: the round before and after the server optimizer."""
+  old_params: PyTree
+  pseudo_gradient: PyTree  # the aggregated update
+  cohort: Any              # state.Cohort
+  lr: float                # local learning rate eta (several papers scale by it)
+  apply: Callable
+
+
+class Part(NamedTuple):
+  """One drift-control mechanism. Every hook is optional.
+
+  init(params) -> server buffer            payload(buffer, params, server) -> broadcast pytree
+  init_client(params) -> per-client state  client_final(ctx, delta) -> new per-client state
+  loss(params, logits, batch, ctx) -> scalar added to the local objective
+  logits(logits, batch, ctx) -> logits used by the task loss (FedRS)
+  correct(grads, ctx) -> grads             lookahead(params, ctx) -> gradient point
+  aggregate(deltas, weights, cohort, buffer) -> pseudo-gradient (at most one part)
+  server_update(params, buffer, sctx) -> (params, buffer)
+  upload(params) -> extra floats a client sends (beyond its delta)
+  """
+  name: str
+  init: Optional[Callable] = None
+  payload: Optional[Callable] = None
+  init_client: Optional[Callable] = None
+  client_final: Optional[Callable] = None
+  loss: Optional[Callable] = None
+  logits: Optional[Callable] = None
+  correct: Optional[Callable] = None
+  lookahead: Optional[Callable] = None
+  aggregate: Optional[Callable] = None
+  server_update: Optional[Callable] = None
+  upload: Optional[Callable] = None
+
+
+def weighted_mean(deltas, weights):
+  """sum_i p_i delta_i over the leading cohort axis."""
+  return jax.tree.map(lambda d: jnp.tensordot(weights, d, axes=1), deltas)
+
+
+def tree_size(tree):
+  return sum(int(x.size) for x in jax.tree.leaves(tree))
+
+
+def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.GradientTransformation,
+            server_optimizer: optax.GradientTransformation, parts: Sequence[Part] = (),
+            cohort_size: int = 1) -> FederatedAlgorithm:
+  """Builds a FederatedAlgorithm from parts (see the module docstring for the order)."""
+  parts = tuple(parts)
+  names = [p.name for p in parts]
+  if len(set(names)) != len(names):
+    raise ValueError(f'parts must have distinct names, got {names}')
+  aggregators = [p for p in parts if p.aggregate]
+  if len(aggregators) > 1:
+    raise ValueError(f'at most one aggregator, got {[p.name for p in aggregators]}')
+  lookaheads = [p for p in parts if p.lookahead]
+  if len(lookaheads) > 1:
+    raise ValueError(f'at most one lookahead, got {[p.name for p in lookaheads]}')
+
+  def init(params):
+    return {'opt': server_optimizer.init(params),
+            **{p.name: p.init(params) for p in parts if p.init}}
+
+  def init_client(params):
+    return {p.name: p.init_client(params) for p in parts if p.init_client}
+
+  def broadcast(params, server):
+    return {p.name: p.payload(server.get(p.name), params, server) for p in parts if p.payload}
+
+  def objective(params, batch, ctx):
+    logits = ctx.apply(params, batch.x)
+    task_logits = logits
+    for p in parts:
+      if p.logits:
+        task_logits = p.logits(task_logits, batch, ctx)
+    ce = local.masked_mean(local.cross_entropy(task_logits, batch.y), batch.mask)
+    total = ce
+    for p in parts:
+      if p.loss:
+        total = total + p.loss(params, logits, batch, ctx)
+    return total, ce
+
+  def correct(grads, ctx):
+    for p in parts:
+      if p.correct:
+        grads = p.correct(grads, ctx)
+    return grads
+
+  lookahead = lookaheads[0].lookahead if lookaheads else None
+  has_correction = any(p.correct for p in parts)
+
+  def client_update(params, payload, client_state, client, key):
+    del key  # local randomness comes through client.batch
+    ctx = ClientContext(params, payload, client_state, lr, client.num_steps,
+                        client.num_examples, client.label_hist, cohort_size, apply_fn)
+    return _client_update(ctx, client)
+
+  def _client_update(ctx, client):
+    theta, loss = local.train(ctx.global_params, client, ctx, objective, local_optimizer,
+                              lookahead, correct if has_correction else None)
+    delta = jax.tree.map(jnp.subtract, ctx.global_params, theta)
+    new_state = {p.name: p.client_final(ctx, delta) for p in parts if p.client_final}
+    return ClientResult(delta, {**ctx.state, **new_state}, loss)
+
+  def server_update(params, server, cohort):
+    if aggregators:
+      agg = aggregators[0]
+      pseudo_gradient = agg.aggregate(cohort.deltas, cohort.weights, cohort, server.get(agg.name))
+    else:
+      pseudo_gradient = weighted_mean(cohort.deltas, cohort.weights)
+    updates, opt_state = server_optimizer.update(pseudo_gradient, server['opt'], params)
+    new_params = optax.apply_updates(params, updates)
+    new_server = dict(server, opt=opt_state)
+    sctx = ServerContext(params, pseudo_gradient, cohort, lr, apply_fn)
+    for p in parts:
+      if p.server_update:
+        new_params, new_server[p.name] = p.server_update(new_params, server.get(p.name), sctx)
+    return new_params, new_server
+
+  def communication(params):
+    server = jax.eval_shape(init, params)
+    payload = jax.eval_shape(broadcast, params, server)
+    up = tree_size(params) + sum(p.upload(params) for p in parts if p.upload)
+    return {'down': tree_size(params) + tree_size(payload), 'up': up}
+
+  return FederatedAlgorithm(name, init, init_client, broadcast, client_update, server_update,
+                            communication)
+

@@ -1,0 +1,122 @@
+"""The run configuration: one flat dataclass, validated before any work.
+
+The CLI builds its flags from these fields (`--name=value`), so every option is documented
+once, here, and `fedjax_drift.run(Config(...))` does exactly what the CLI does.
+"""
+import dataclasses
+import math
+import os
+from typing import Optional
+
+from fedjax_drift.errors import UserError
+
+PARTITIONS = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity')
+
+
+def _f(default, help_text, choices=None):
+  return dataclasses.field(default=default, metadata={'help': help_text, 'choices': choices})
+
+
+@dataclasses.dataclass
+class Config:
+  # What to run.
+  algo: str = _f('fedavg', 'federated algorithm (see fedjax_drift.algorithms.NAMES)')
+  model: str = _f('cnn_mnist', 'logreg, mlp, cnn_mnist, cnn_cifar, resnet8, resnet18, resnet20')
+  init: str = _f('default', 'parameter init: default (flax) or zeros', ('default', 'zeros'))
+  # Data and its split across clients.
+  dataset: str = _f('embedded', 'embedded, mnist, fashion_mnist, cifar10, usps, npz:PATH, '
+                    'tfds:NAME')
+  data_dir: str = _f('', 'directory (or file) holding the local dataset files')
+  partition: str = _f('dirichlet', 'iid, shards, dirichlet, dirichlet_client, quantity or '
+                      'file:PATH (a JSON list of per-client index lists)')
+  classes_per_client: int = _f(2, 'shards: labels per client (s)')
+  dirichlet_alpha: float = _f(0.5, 'dirichlet / dirichlet_client / quantity concentration')
+  test_partition: str = _f('none', 'split the test set across clients like the train set',
+                           ('none', 'like_train'))
+  num_clients: int = _f(50, 'total number of clients N')
+  clients_per_round: int = _f(10, 'cohort size K, sampled uniformly without replacement')
+  # Local work.
+  rounds: int = _f(50, 'communication rounds')
+  local_steps: int = _f(0, 'H local steps per client (exclusive with --local_epochs)')
+  local_epochs: int = _f(1, 'E local epochs: client i runs E*ceil(n_i/B) steps')
+  batch_size: int = _f(32, 'local minibatch size; 0 = the client\'s full data every step')
+  lr: float = _f(0.05, 'local learning rate eta')
+  local_momentum: float = _f(0.0, 'local SGD momentum')
+  weight_decay: float = _f(0.0, 'L2 weight decay added to the local gradient')
+  # Server.
+  server_lr: float = _f(1.0, 'server learning rate (alpha)')
+  weighting: str = _f('examples', 'aggregation weights p_i', ('uniform', 'examples'))
+  # Execution.
+  seed: int = _f(0, 'run seed: partition, init, cohorts and batches derive from it')
+  client_parallelism: str = _f('auto', 'how cohort clients run inside the compiled round',
+                               ('auto', 'vmap', 'sequential'))
+  cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism')
+  # Evaluation and output.
+  eval_every: int = _f(5, 'evaluate the global model every this many rounds')
+  eval_batch_size: int = _f(1000, 'test examples per evaluation batch')
+  target_accuracy: float = _f(0.7, 'report the first round reaching this test accuracy')
+  out: str = _f('', 'run directory (default: runs/<algo>-<dataset>-<partition>-s<seed>-<time>)')
+  overwrite: bool = _f(False, 'allow writing into an existing run directory')
+  save_params: str = _f('', 'write the final global parameters to this .npz')
+  progress: bool = _f(True, 'show a progress bar')
+
+  def validate(self):
+    """Raises UserError naming the first bad flag; returns self."""
+    positive = ('num_clients', 'clients_per_round', 'rounds', 'eval_every', 'eval_batch_size')
+    for name in positive:
+      if getattr(self, name) < 1:
+        raise UserError(f'--{name}={getattr(self, name)} must be >= 1')
+    for name in ('local_steps', 'local_epochs', 'batch_size', 'cohort_chunk',
+                 'classes_per_client'):
+      if getattr(self, name) < 0:
+        raise UserError(f'--{name}={getattr(self, name)} must be >= 0')
+    for name in ('lr', 'server_lr', 'dirichlet_alpha'):
+      value = getattr(self, name)
+      if not (math.isfinite(value) and value > 0):
+        raise UserError(f'--{name}={value} must be a finite number > 0')
+    for name in ('local_momentum',):
+      value = getattr(self, name)
+      if not 0 <= value < 1:
+        raise UserError(f'--{name}={value} must be in [0, 1)')
+    if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+      raise UserError(f'--weight_decay={self.weight_decay} must be >= 0')
+    if not 0 <= self.target_accuracy <= 1:
+      raise UserError(f'--target_accuracy={self.target_accuracy} must be in [0, 1]')
+    if (self.local_steps > 0) == (self.local_epochs > 0):
+      raise UserError('set exactly one of --local_steps=H and --local_epochs=E (the other 0); '
+                      f'got --local_steps={self.local_steps} --local_epochs={self.local_epochs}')
+    if self.clients_per_round > self.num_clients and not self.partition.startswith('file:'):
+      raise UserError(f'--clients_per_round={self.clients_per_round} exceeds '
+                      f'--num_clients={self.num_clients}')
+    if not (self.partition in PARTITIONS or self.partition.startswith('file:')):
+      raise UserError(f'--partition={self.partition} is unknown; use one of '
+                      f'{", ".join(PARTITIONS)} or file:PATH')
+    if self.partition == 'shards' and self.classes_per_client < 1:
+      raise UserError('--classes_per_client must be >= 1 with --partition=shards')
+    for f in dataclasses.fields(self):
+      choices = f.metadata.get('choices')
+      if choices and getattr(self, f.name) not in choices:
+        raise UserError(f'--{f.name}={getattr(self, f.name)} is not one of '
+                        f'{", ".join(choices)}')
+    if self.save_params and not self.save_params.endswith('.npz'):
+      raise UserError(f'--save_params={self.save_params} must end in .npz')
+    return self
+
+  def run_dir(self, timestamp: str) -> str:
+    if self.out:
+      return self.out
+    return os.path.join('runs', f'{self.algo}-{self.dataset.replace(":", "_").replace("/", "_")}'
+                        f'-{self.partition.split(":")[0]}-s{self.seed}-{timestamp}')
+
+
+def fields():
+  return dataclasses.fields(Config)
+
+
+def from_dict(values: dict, base: Optional[Config] = None) -> Config:
+  """A Config from {name: value}; unknown names are an error naming the flag."""
+  known = {f.name for f in fields()}
+  unknown = sorted(set(values) - known)
+  if unknown:
+    raise UserError(f'unknown flag --{unknown[0]}')
+  return dataclasses.replace(base or Config(), **values)

@@ -1,0 +1,230 @@
+"""The compiled simulator: rounds as pure functions, segments of rounds in one `lax.scan`.
+
+The engine knows nothing about any algorithm: it samples a cohort, gathers each client's
+state and data, maps `algo.client_update` over the cohort, hands the stacked results to
+`algo.server_update`, and scatters the new per-client state back. One compiled program runs a
+whole segment of rounds; the host wakes only between segments.
+
+Client parallelism: the cohort is processed `cohort_chunk` clients at a time. Inside a chunk
+clients are vmapped; chunks run one after another (`lax.map` with `batch_size`). chunk=1 is
+fully sequential, chunk=K fully vmapped. On this CPU, vmapping conv layers over clients is
+several times slower than running them one by one (benchmarks/), so `auto` picks sequential
+for conv models on CPU and vmap otherwise.
+
+Randomness is derived: round t uses fold_in(run_key, t); the cohort uses fold_in(., 0) and
+client i's batches fold_in(fold_in(., 1), i), so results do not depend on the strategy, the
+chunk width or the client's position in the cohort.
+"""
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_drift.data.federated import FederatedData, to_float
+from fedjax_drift.state import Batch, Client, Cohort, FederatedAlgorithm, ServerState
+
+
+class Schedule(NamedTuple):
+  """Local work: exactly one of local_steps / local_epochs is set (static)."""
+  batch_size: int            # 0 = the client's full data every step
+  local_steps: int = 0       # H, the same for every client
+  local_epochs: int = 0      # E: client i runs E * ceil(n_i / B) steps
+
+
+def steps_per_epoch(counts, batch_size):
+  if batch_size == 0:
+    return jnp.ones_like(counts)
+  return (counts + batch_size - 1) // batch_size
+
+
+def client_steps(counts, schedule: Schedule):
+  """H_i for every client (works on numpy and jax arrays)."""
+  if schedule.local_steps:
+    return counts * 0 + schedule.local_steps
+  spe = (np.ones_like(counts) if schedule.batch_size == 0
+         else (counts + schedule.batch_size - 1) // schedule.batch_size)
+  return spe * schedule.local_epochs
+
+
+def max_steps(counts: np.ndarray, schedule: Schedule) -> int:
+  return int(np.max(client_steps(np.asarray(counts), schedule)))
+
+
+def choose_parallelism(requested, family, backend, cohort_size, chunk=0):
+  """Returns (chunk width, reason). See the module docstring and benchmarks/ for the numbers."""
+  if chunk:
+    return min(chunk, cohort_size), f'--cohort_chunk={chunk}'
+  if requested == 'vmap':
+    return cohort_size, '--client_parallelism=vmap'
+  if requested == 'sequential':
+    return 1, '--client_parallelism=sequential'
+  if backend == 'cpu' and family == 'conv':
+    return 1, 'auto: conv model on CPU, where vmapped convs are slower than sequential'
+  return cohort_size, f'auto: {family} model on {backend}, vmap over the cohort'
+
+
+def make_batch_fn(data: FederatedData, cid, count, key, batch_size, spe):
+  """step -> Batch for one client: per-epoch reshuffles, the last partial batch masked."""
+  row = data.client_index[cid]
+  max_n = row.shape[0]
+  if batch_size == 0:
+    def full_batch(step):
+      del step
+      mask = (jnp.arange(max_n) < count).astype(jnp.float32)
+      return Batch(to_float(data.x[row]), data.y[row], mask)
+    return full_batch
+
+  padded = -(-max_n // batch_size) * batch_size
+  valid = jnp.arange(max_n) < count
+
+  def batch(step):
+    epoch, b = step // spe, step % spe
+    noise = jax.random.uniform(jax.random.fold_in(key, epoch), (max_n,))
+    perm = jnp.argsort(jnp.where(valid, noise, 2.0))  # this epoch's order; padding last
+    perm = jnp.pad(perm, (0, padded - max_n))
+    pos = jax.lax.dynamic_slice(perm, (b * batch_size,), (batch_size,))
+    mask = ((b * batch_size + jnp.arange(batch_size)) < count).astype(jnp.float32)
+    idx = row[pos]
+    return Batch(to_float(data.x[idx]), data.y[idx], mask)
+
+  return batch
+
+
+def sample_cohort(key, num_clients, cohort_size):
+  """Uniform without replacement, in-jit."""
+  return jax.random.choice(key, num_clients, (cohort_size,), replace=False).astype(jnp.int32)
+
+
+def _gather(tree, ids):
+  return jax.tree.map(lambda a: a[ids], tree)
+
+
+def _scatter(tree, ids, values):
+  return jax.tree.map(lambda a, v: a.at[ids].set(v), tree, values)
+
+
+def _per_client_dot(a, b):
+  """sum over parameters of a_i * b_i, per client; leaves are [K, ...]."""
+  return sum(jnp.sum((x * y).reshape(x.shape[0], -1), axis=1)
+             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def drift_diagnostics(deltas, losses, weights):
+  """Per-round measures of client drift, leaf by leaf (no [K, P] concatenation in memory)."""
+  sq_norms = _per_client_dot(deltas, deltas)
+  mean = jax.tree.map(lambda d: jnp.mean(d, axis=0), deltas)
+  mean_norm = jnp.sqrt(sum(jnp.sum(m * m) for m in jax.tree.leaves(mean)))
+  dots = sum(jnp.sum((d * m[None]).reshape(d.shape[0], -1), axis=1)
+             for d, m in zip(jax.tree.leaves(deltas), jax.tree.leaves(mean)))
+  norms = jnp.sqrt(sq_norms)
+  return {
+      'update_norm': jnp.mean(norms),
+      'mean_update_norm': mean_norm,
+      'update_cosine': jnp.mean(dots / jnp.maximum(norms * mean_norm, 1e-30)),
+      'client_loss_std': jnp.std(losses),
+      'train_loss': jnp.sum(weights * losses),
+  }, sq_norms
+
+
+def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: int,
+               cohort_size: int, weighting: str = 'examples', chunk: int = 1):
+  """Returns round_fn(state, data) -> (state, metrics), pure and jittable."""
+
+  def round_fn(state: ServerState, data: FederatedData):
+    num_clients = data.client_count.shape[0]
+    rkey = jax.random.fold_in(state.key, state.round)
+    ids = sample_cohort(jax.random.fold_in(rkey, 0), num_clients, cohort_size)
+    client_key = jax.random.fold_in(rkey, 1)
+    payload = algo.broadcast(state.params, state.server)
+    old_states = _gather(state.clients, ids)
+    counts = data.client_count[ids]
+    num_steps = client_steps(counts, schedule).astype(jnp.int32)
+    spe = steps_per_epoch(counts, schedule.batch_size)
+
+    def one_client(args):
+      cid, count, steps, spe_i, cstate = args
+      key = jax.random.fold_in(client_key, cid)
+      client = Client(cid, count, steps, max_local_steps, data.label_hist[cid],
+                      make_batch_fn(data, cid, count, key, schedule.batch_size, spe_i))
+      return algo.client_update(state.params, payload, cstate, client, key)
+
+    args = (ids, counts, num_steps, spe, old_states)
+    if chunk >= cohort_size:
+      results = jax.vmap(one_client)(args)
+    else:
+      results = jax.lax.map(one_client, args, batch_size=chunk if chunk > 1 else None)
+
+    if weighting == 'examples':
+      weights = counts.astype(jnp.float32) / jnp.sum(counts)
+    else:
+      weights = jnp.full((cohort_size,), 1.0 / cohort_size, jnp.float32)
+    cohort = Cohort(ids, weights, counts, num_steps, results.delta, old_states,
+                    results.client_state, num_clients)
+    params, server = algo.server_update(state.params, state.server, cohort)
+    clients = _scatter(state.clients, ids, results.client_state)
+    metrics, sq_norms = drift_diagnostics(results.delta, results.loss, weights)
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(params)]))
+    client_finite = jnp.isfinite(sq_norms)
+    metrics['finite'] = finite & jnp.all(client_finite)
+    # The first cohort member whose update is non-finite (-1 if none), for the error message.
+    metrics['bad_client'] = jnp.where(jnp.all(client_finite), -1,
+                                      ids[jnp.argmin(client_finite)])
+    return ServerState(params, server, clients, state.round + 1, state.key), metrics
+
+  return round_fn
+
+
+def make_segment(round_fn, length: int):
+  """A compiled program running up to `length` rounds; `num_rounds` (traced) says how many.
+
+  Every segment has the same static length, so the final, shorter segment reuses the same
+  compiled program (its extra iterations are skipped by `lax.cond`): one compilation per run.
+  """
+
+  def segment(state, data, num_rounds):
+    metric_shapes = jax.eval_shape(round_fn, state, data)[1]
+
+    def body(s, i):
+      def run(s):
+        return round_fn(s, data)
+
+      def skip(s):
+        return s, jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), metric_shapes)
+
+      return jax.lax.cond(i < num_rounds, run, skip, s)
+
+    return jax.lax.scan(body, state, jnp.arange(length))
+
+  return jax.jit(segment, donate_argnums=0)
+
+
+def init_state(algo: FederatedAlgorithm, params, num_clients: int, key) -> ServerState:
+  one = algo.init_client(params)
+  clients = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_clients,) + a.shape).copy(), one)
+  return ServerState(params, algo.init(params), clients, jnp.zeros((), jnp.int32), key)
+
+
+def make_evaluator(apply_fn, batch_size: int = 1000):
+  """Jitted (params, x, y) -> (mean loss, accuracy) over a whole split, batched with masks."""
+
+  @jax.jit
+  def evaluate(params, x, y):
+    n = x.shape[0]
+    b = min(batch_size, n)
+    padded = -(-n // b) * b
+    xp = jnp.pad(x, [(0, padded - n)] + [(0, 0)] * (x.ndim - 1)).reshape((-1, b) + x.shape[1:])
+    yp = jnp.pad(y, (0, padded - n)).reshape(-1, b)
+    mp = (jnp.arange(padded) < n).reshape(-1, b).astype(jnp.float32)
+
+    def one(args):
+      xb, yb, mb = args
+      logits = apply_fn(params, to_float(xb))
+      losses = -jnp.take_along_axis(jax.nn.log_softmax(logits), yb[:, None], 1)[:, 0]
+      correct = (jnp.argmax(logits, -1) == yb).astype(jnp.float32)
+      return jnp.sum(losses * mb), jnp.sum(correct * mb)
+
+    loss_sum, correct_sum = jax.lax.map(one, (xp, yp, mp))
+    return jnp.sum(loss_sum) / n, jnp.sum(correct_sum) / n
+
+  return evaluate

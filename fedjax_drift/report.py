@@ -1,0 +1,98 @@
+"""The run directory: config.json, metrics.csv, rounds.csv, summary.json and plots.
+
+Every file is written to a temporary name and renamed into place, so a reader (or a killed
+run) never sees a half-written file.
+"""
+import csv
+import io
+import json
+import os
+
+import numpy as np
+
+
+def atomic_write(path, data: bytes):
+  tmp = f'{path}.tmp{os.getpid()}'
+  with open(tmp, 'wb') as f:
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def write_json(path, obj):
+  atomic_write(path, (json.dumps(obj, indent=2, sort_keys=False) + '\n').encode())
+
+
+def write_csv(path, rows):
+  """rows: list of dicts with the same keys; floats written with repr (full precision)."""
+  buf = io.StringIO()
+  if rows:
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator='\n')
+    writer.writeheader()
+    for row in rows:
+      writer.writerow({k: repr(float(v)) if isinstance(v, (float, np.floating)) else v
+                       for k, v in row.items()})
+  atomic_write(path, buf.getvalue().encode())
+
+
+def _figure():
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
+
+
+def _save(fig, path):
+  buf = io.BytesIO()
+  fig.savefig(buf, format='png', dpi=110, bbox_inches='tight')
+  atomic_write(path, buf.getvalue())
+
+
+def plot_accuracy(path, rounds, accuracies, best, title):
+  plt = _figure()
+  fig, ax = plt.subplots(figsize=(6, 4))
+  ax.plot(rounds, accuracies, label='test accuracy')
+  ax.plot(rounds, best, '--', label='best so far')
+  ax.set_xlabel('round')
+  ax.set_ylabel('global-model test accuracy')
+  ax.set_title(title)
+  ax.grid(alpha=0.3)
+  ax.legend()
+  _save(fig, path)
+  plt.close(fig)
+
+
+def plot_partition(path, label_hist, title, max_clients=100):
+  """Stacked bars: each client's label counts."""
+  plt = _figure()
+  hist = np.asarray(label_hist)[:max_clients]
+  fig, ax = plt.subplots(figsize=(max(6, 0.12 * len(hist)), 4))
+  bottom = np.zeros(len(hist))
+  cmap = plt.get_cmap('tab10' if hist.shape[1] <= 10 else 'tab20')
+  for c in range(hist.shape[1]):
+    ax.bar(np.arange(len(hist)), hist[:, c], bottom=bottom, width=0.9,
+           color=cmap(c % cmap.N), label=str(c))
+    bottom += hist[:, c]
+  ax.set_xlabel('client' + (f' (first {max_clients})' if len(label_hist) > max_clients else ''))
+  ax.set_ylabel('examples')
+  ax.set_title(title)
+  if hist.shape[1] <= 20:
+    ax.legend(title='label', fontsize=7, ncol=2, bbox_to_anchor=(1.01, 1), loc='upper left')
+  _save(fig, path)
+  plt.close(fig)
+
+
+def plot_drift(path, rows):
+  """The per-round drift diagnostics from rounds.csv."""
+  plt = _figure()
+  keys = ('update_norm', 'mean_update_norm', 'update_cosine', 'client_loss_std')
+  fig, axes = plt.subplots(1, 4, figsize=(16, 3.2))
+  r = [row['round'] for row in rows]
+  for ax, k in zip(axes, keys):
+    ax.plot(r, [row[k] for row in rows])
+    ax.set_title(k.replace('_', ' '))
+    ax.set_xlabel('round')
+    ax.grid(alpha=0.3)
+  _save(fig, path)
+  plt.close(fig)

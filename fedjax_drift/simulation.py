@@ -1,0 +1,191 @@
+"""`run(config)`: data -> partition -> model -> algorithm -> compiled segments -> run directory."""
+import dataclasses
+import os
+import sys
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_drift import algorithms, engine, metrics, models, report
+from fedjax_drift.config import Config
+from fedjax_drift.data import federated, partitions, sources
+from fedjax_drift.errors import UserError
+from fedjax_drift.state import ServerState
+
+
+class Experiment(NamedTuple):
+  """Everything `run` builds before the first round; tests use it to step rounds by hand."""
+  config: Config
+  dataset: sources.Dataset
+  train_parts: list
+  test_parts: Any            # list or None
+  model: models.Model
+  algo: Any
+  data: federated.FederatedData
+  state: ServerState
+  round_fn: Any
+  schedule: engine.Schedule
+  max_local_steps: int
+  chunk: int
+  strategy: str
+
+
+def prepare(config: Config) -> Experiment:
+  config.validate()
+  dataset = sources.load(config.dataset, config.data_dir or None)
+  train_parts = partitions.partition(config.partition, dataset.y_train, config.num_clients,
+                                     config.seed, config.classes_per_client,
+                                     config.dirichlet_alpha)
+  num_clients = len(train_parts)
+  if config.clients_per_round > num_clients:
+    raise UserError(f'--clients_per_round={config.clients_per_round} exceeds the '
+                    f'{num_clients} clients of --partition={config.partition}')
+  test_parts = None
+  if config.test_partition == 'like_train':
+    test_parts = partitions.partition_like(train_parts, dataset.y_train, dataset.y_test,
+                                           config.seed, dataset.num_classes)
+  model = models.get(config.model, dataset.num_classes, dataset.x_train.shape[1:], config.init)
+  algo = algorithms.get(config.algo, config, model)
+  schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
+  counts = np.array([len(p) for p in train_parts])
+  max_local_steps = engine.max_steps(counts, schedule)
+  chunk, strategy = engine.choose_parallelism(
+      config.client_parallelism, model.family, jax.default_backend(), config.clients_per_round,
+      config.cohort_chunk)
+  data = federated.build(dataset.x_train, dataset.y_train, train_parts, dataset.num_classes)
+  run_key = jax.random.key(config.seed)
+  params = model.init(jax.random.fold_in(run_key, 0))
+  state = engine.init_state(algo, params, num_clients, jax.random.fold_in(run_key, 1))
+  round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
+                               config.weighting, chunk)
+  return Experiment(config, dataset, train_parts, test_parts, model, algo, data, state,
+                    round_fn, schedule, max_local_steps, chunk, strategy)
+
+
+def _progress(total, enabled):
+  if not enabled:
+    return None
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  return tqdm(total=total, unit='round', dynamic_ncols=True, file=sys.stderr)
+
+
+def run(config: Config, log=print) -> dict:
+  """Runs one experiment end to end and returns its summary (also in summary.json)."""
+  config.validate()
+  run_dir = config.run_dir(time.strftime('%Y%m%d-%H%M%S'))
+  if os.path.exists(run_dir) and os.listdir(run_dir) and not config.overwrite:
+    raise UserError(f'--out={run_dir} already exists; pass --overwrite to replace it')
+  exp = prepare(config)
+  cfg, ds = exp.config, exp.dataset
+  os.makedirs(run_dir, exist_ok=True)
+
+  num_params = models.num_params(exp.state.params)
+  comm = exp.algo.communication(exp.state.params)
+  client_state_bytes = federated.nbytes(exp.state.clients)
+  log(f'fedjax-drift: {cfg.algo} on {ds.name} ({len(ds.y_train)} train / {len(ds.y_test)} test, '
+      f'{ds.num_classes} classes), {len(exp.train_parts)} clients, K={cfg.clients_per_round}, '
+      f'{cfg.model} ({num_params:,} params)')
+  log(f'client parallelism: chunk={exp.chunk} of K={cfg.clients_per_round} '
+      f'({"sequential" if exp.chunk == 1 else "vmap" if exp.chunk >= cfg.clients_per_round else "chunked"}'
+      f'; {exp.strategy}); backend={jax.default_backend()}, devices={jax.device_count()}')
+  log(f'local work: up to {exp.max_local_steps} steps per client per round; per-client state '
+      f'{client_state_bytes:,} bytes in all; run directory {run_dir}')
+
+  resolved = dataclasses.asdict(cfg)
+  resolved.update(out=run_dir, _resolved={
+      'num_classes': ds.num_classes, 'input_shape': list(ds.x_train.shape[1:]),
+      'num_clients': len(exp.train_parts), 'max_local_steps': exp.max_local_steps,
+      'cohort_chunk': exp.chunk, 'strategy': exp.strategy, 'num_params': num_params,
+      'backend': jax.default_backend(), 'jax_version': jax.__version__})
+  report.write_json(os.path.join(run_dir, 'config.json'), resolved)
+  hist = np.asarray(exp.data.label_hist)
+  report.plot_partition(os.path.join(run_dir, 'partition.png'), hist,
+                        f'{cfg.partition} partition of {ds.name}')
+
+  evaluate = engine.make_evaluator(exp.model.apply, cfg.eval_batch_size)
+  x_test, y_test = jnp.asarray(ds.x_test), jnp.asarray(ds.y_test)
+  segment = engine.make_segment(exp.round_fn, cfg.eval_every)
+
+  state, data = exp.state, exp.data
+  eval_rows, round_rows = [], []
+  loss0, acc0 = evaluate(state.params, x_test, y_test)
+  eval_rows.append({'round': 0, 'test_accuracy': float(acc0), 'test_loss': float(loss0),
+                    'best_accuracy': float(acc0), 'elapsed_s': 0.0})
+  bar = _progress(cfg.rounds, cfg.progress)
+  t_start, compile_s, done = time.perf_counter(), None, 0
+  while done < cfg.rounds:
+    n = min(cfg.eval_every, cfg.rounds - done)
+    t0 = time.perf_counter()
+    state, seg_metrics = segment(state, data, n)
+    seg_metrics = jax.device_get(seg_metrics)
+    if compile_s is None:
+      compile_s = time.perf_counter() - t0  # first segment: compile + run
+    for i in range(n):
+      round_rows.append({'round': done + i + 1,
+                         **{k: float(v[i]) for k, v in seg_metrics.items()
+                            if k not in ('finite', 'bad_client')}})
+    bad = np.flatnonzero(~np.asarray(seg_metrics['finite'][:n], bool))
+    if bad.size:
+      r = done + int(bad[0]) + 1
+      client = int(seg_metrics['bad_client'][bad[0]])
+      where = f', first at client {client}' if client >= 0 else ''
+      report.write_csv(os.path.join(run_dir, 'rounds.csv'), round_rows)
+      report.write_csv(os.path.join(run_dir, 'metrics.csv'), eval_rows)
+      raise UserError(f'diverged: non-finite global model or client update in round {r}{where}; '
+                      f'lower --lr (now {cfg.lr}) or check the data')
+    done += n
+    loss, acc = evaluate(state.params, x_test, y_test)
+    eval_rows.append({'round': done, 'test_accuracy': float(acc), 'test_loss': float(loss),
+                      'best_accuracy': max(float(acc), eval_rows[-1]['best_accuracy']),
+                      'elapsed_s': time.perf_counter() - t_start})
+    if bar is not None:
+      bar.update(n)
+      bar.set_postfix(acc=f'{float(acc):.4f}', best=f'{eval_rows[-1]["best_accuracy"]:.4f}')
+  if bar is not None:
+    bar.close()
+  wall = time.perf_counter() - t_start
+  report.write_csv(os.path.join(run_dir, 'metrics.csv'), eval_rows)
+  report.write_csv(os.path.join(run_dir, 'rounds.csv'), round_rows)
+
+  rounds = [r['round'] for r in eval_rows]
+  accs = [r['test_accuracy'] for r in eval_rows]
+  summary = metrics.summarize(rounds, accs, [r['test_loss'] for r in eval_rows], cfg.rounds,
+                              cfg.target_accuracy)
+  steady = wall - compile_s
+  summary.update({
+      'algo': cfg.algo, 'dataset': ds.name, 'rounds': cfg.rounds,
+      'communication_floats_per_client': comm,
+      'communication_floats_per_round': {k: v * cfg.clients_per_round for k, v in comm.items()},
+      'wall_time_s': wall, 'first_segment_s': compile_s,
+      'rounds_per_s_after_first_segment': ((cfg.rounds - min(cfg.eval_every, cfg.rounds)) / steady
+                                           if steady > 0 and cfg.rounds > cfg.eval_every
+                                           else None),
+      'segment_compilations': segment._cache_size(),  # pylint: disable=protected-access
+      'cohort_chunk': exp.chunk, 'strategy': exp.strategy,
+      'per_client_state_bytes': client_state_bytes,
+      'run_dir': run_dir,
+  })
+  report.write_json(os.path.join(run_dir, 'summary.json'), summary)
+  report.plot_accuracy(os.path.join(run_dir, 'accuracy.png'), rounds, accs,
+                       metrics.best_so_far(accs), f'{cfg.algo} on {ds.name} ({cfg.partition})')
+  if round_rows:
+    report.plot_drift(os.path.join(run_dir, 'drift.png'), round_rows)
+  if cfg.save_params:
+    save_params(cfg.save_params, state.params)
+  log(f'done: final accuracy {summary["final_accuracy"]:.4f}, best {summary["best_accuracy"]:.4f}, '
+      f'last-10% mean {summary["last10_mean_accuracy"]:.4f}, rounds to '
+      f'{cfg.target_accuracy:.0%}: {summary["rounds_to_target"]}, {wall:.1f}s '
+      f'-> {run_dir}')
+  return summary
+
+
+def save_params(path, params):
+  """Final global parameters, flattened and named by flax path ('conv1/conv/kernel', ...)."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  import io  # pylint: disable=g-import-not-at-top
+  buf = io.BytesIO()
+  np.savez(buf, **models.flatten_names(params))
+  report.atomic_write(path, buf.getvalue())

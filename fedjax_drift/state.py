@@ -1,0 +1,76 @@
+"""The pytrees and function signatures shared by the engine and the algorithms.
+
+Sign convention, used everywhere: a client update is the descent direction
+
+    delta_i = theta_t - theta_i^H          (FedADC's Delta_i; FedAvg: theta_{t+1} = theta_t - sum p_i delta_i)
+
+and the server's pseudo-gradient is built from these deltas, so server optimizers are ordinary
+optax transformations: `updates = opt.update(pseudo_gradient)`, `theta_{t+1} = theta_t + updates`.
+"""
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+PyTree = Any
+
+
+class ServerState(NamedTuple):
+  """Everything a run needs to continue exactly; checkpoints are this pytree."""
+  params: PyTree    # global model theta_t
+  server: PyTree    # the algorithm's server buffers (momentum, teacher buffer, ...)
+  clients: PyTree   # per-client state, every leaf stacked [num_clients, ...]
+  round: jax.Array  # int32, rounds completed
+  key: jax.Array    # the run's key; round t uses fold_in(key, t)
+
+
+class Batch(NamedTuple):
+  x: jax.Array     # [B, ...] float32
+  y: jax.Array     # [B] int32
+  mask: jax.Array  # [B] float32, 0 for padding (partial last batch, masked steps)
+
+
+class Client(NamedTuple):
+  """One client as its local training sees it (built inside the compiled round)."""
+  id: jax.Array            # int32
+  num_examples: jax.Array  # int32, n_i
+  num_steps: jax.Array     # int32, H_i: this client's own local step count
+  max_steps: int           # static: the cohort's maximum; steps >= num_steps are no-ops
+  label_hist: jax.Array    # [num_classes] float32 counts of the client's labels
+  batch: Callable[[jax.Array], Batch]  # step -> that step's minibatch
+
+
+class ClientResult(NamedTuple):
+  delta: PyTree         # theta_t - theta_i^H
+  client_state: PyTree  # this client's new per-client state
+  loss: jax.Array       # mean training objective over its local steps
+
+
+class Cohort(NamedTuple):
+  """The round's clients, stacked on a leading [K] axis, as the server sees them."""
+  ids: jax.Array          # [K] int32
+  weights: jax.Array      # [K] aggregation weights p_i, summing to 1
+  num_examples: jax.Array  # [K]
+  num_steps: jax.Array     # [K]
+  deltas: PyTree           # [K, ...]
+  old_states: PyTree       # [K, ...] per-client state before the round
+  new_states: PyTree       # [K, ...] per-client state after the round
+  num_clients: int         # N, static
+
+
+class FederatedAlgorithm(NamedTuple):
+  """A federated algorithm as pure functions (after FedJAX's `FederatedAlgorithm`).
+
+  init(params) -> server buffers
+  init_client(params) -> one client's state (the engine stacks N of them)
+  broadcast(params, server) -> payload every cohort client receives
+  client_update(params, payload, client_state, client: Client, key) -> ClientResult
+  server_update(params, server, cohort: Cohort) -> (params, server)
+  communication(params) -> {'down': floats, 'up': floats} per participating client per round
+  """
+  name: str
+  init: Callable
+  init_client: Callable
+  broadcast: Callable
+  client_update: Callable
+  server_update: Callable
+  communication: Callable
