@@ -33,8 +33,9 @@ class Schedule(NamedTuple):
 
 
 def steps_per_epoch(counts, batch_size):
+  """ceil(n_i / B), or 1 with full-batch steps (works on numpy and jax arrays)."""
   if batch_size == 0:
-    return jnp.ones_like(counts)
+    return counts * 0 + 1
   return (counts + batch_size - 1) // batch_size
 
 
@@ -42,9 +43,7 @@ def client_steps(counts, schedule: Schedule):
   """H_i for every client (works on numpy and jax arrays)."""
   if schedule.local_steps:
     return counts * 0 + schedule.local_steps
-  spe = (np.ones_like(counts) if schedule.batch_size == 0
-         else (counts + schedule.batch_size - 1) // schedule.batch_size)
-  return spe * schedule.local_epochs
+  return steps_per_epoch(counts, schedule.batch_size) * schedule.local_epochs
 
 
 def max_steps(counts: np.ndarray, schedule: Schedule) -> int:

@@ -1,0 +1,42 @@
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_npz(path, n_train=60, n_test=30, dim=6, classes=3, seed=0, uint8=False):
+  """A small learnable problem: class-dependent means plus noise."""
+  rng = np.random.default_rng(seed)
+  centers = rng.normal(size=(classes, dim)) * 2
+  def split(n):
+    y = rng.integers(0, classes, n)
+    x = centers[y] + rng.normal(size=(n, dim))
+    return x.astype(np.float32), y.astype(np.int64)
+  x_train, y_train = split(n_train)
+  x_test, y_test = split(n_test)
+  if uint8:
+    x_train = np.clip(x_train * 20 + 128, 0, 255).astype(np.uint8)
+    x_test = np.clip(x_test * 20 + 128, 0, 255).astype(np.uint8)
+  np.savez(path, x_train=x_train, y_train=y_train, x_test=x_test, y_test=y_test)
+  return path
+
+
+@pytest.fixture(scope='session')
+def tiny_npz(tmp_path_factory):
+  return str(make_npz(tmp_path_factory.mktemp('data') / 'tiny.npz'))
+
+
+@pytest.fixture(scope='session')
+def unequal_partition(tmp_path_factory):
+  """Four clients of sizes 5, 9, 14 and 20 over the 60 tiny training examples."""
+  rng = np.random.default_rng(1)
+  perm = rng.permutation(60)
+  parts = [perm[:5], perm[5:14], perm[14:28], perm[28:48]]
+  path = tmp_path_factory.mktemp('parts') / 'parts.json'
+  path.write_text(json.dumps([sorted(int(i) for i in p) for p in parts]))
+  return str(path)

@@ -1,0 +1,37 @@
+"""Shared test helpers: build an experiment on the tiny problem and replay its batches."""
+import jax
+import numpy as np
+
+import fedjax_drift
+from fedjax_drift import engine
+
+
+def tiny_config(npz, partition, **overrides):
+  base = dict(dataset=f'npz:{npz}', partition=f'file:{partition}', model='logreg',
+              clients_per_round=4, num_clients=4, rounds=1, local_steps=3, local_epochs=0,
+              batch_size=0, lr=0.1, weighting='examples', progress=False, eval_every=1)
+  base.update(overrides)
+  return fedjax_drift.Config(**base)
+
+
+def one_round(exp, state=None):
+  return jax.jit(exp.round_fn)(exp.state if state is None else state, exp.data)
+
+
+def cohort_and_batches(exp, state=None):
+  """Replays round `state.round`'s cohort ids and each client's batches (x, y, mask) in numpy."""
+  state = exp.state if state is None else state
+  rkey = jax.random.fold_in(state.key, state.round)
+  n_clients = len(exp.train_parts)
+  ids = np.asarray(engine.sample_cohort(jax.random.fold_in(rkey, 0), n_clients,
+                                        exp.config.clients_per_round))
+  counts = np.asarray(exp.data.client_count)
+  steps = engine.client_steps(counts, exp.schedule)
+  spe = np.asarray(engine.steps_per_epoch(counts, exp.schedule.batch_size))
+  batches = {}
+  for cid in ids:
+    key = jax.random.fold_in(jax.random.fold_in(rkey, 1), int(cid))
+    fn = engine.make_batch_fn(exp.data, int(cid), int(counts[cid]), key,
+                              exp.schedule.batch_size, int(spe[cid]))
+    batches[int(cid)] = [tuple(np.asarray(a) for a in fn(s)) for s in range(int(steps[cid]))]
+  return ids, counts, batches

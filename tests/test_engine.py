@@ -1,0 +1,93 @@
+"""Engine properties: strategies agree, seeds reproduce, one compilation per run."""
+import chex
+import jax
+import numpy as np
+import pytest
+
+import fedjax_drift
+from fedjax_drift import engine
+from helpers import one_round, tiny_config
+
+
+def _rounds(exp, n):
+  state, fn = exp.state, jax.jit(exp.round_fn)
+  for _ in range(n):
+    state, metrics = fn(state, exp.data)
+  return state, metrics
+
+
+@pytest.mark.parametrize('model', ['logreg', 'mlp'])
+def test_vmap_equals_sequential_and_chunked(tiny_npz, unequal_partition, model):
+  results = []
+  for parallelism, chunk in (('vmap', 0), ('sequential', 0), ('auto', 3)):
+    config = tiny_config(tiny_npz, unequal_partition, model=model, local_steps=0,
+                         local_epochs=2, batch_size=4, client_parallelism=parallelism,
+                         cohort_chunk=chunk)
+    exp = fedjax_drift.prepare(config)
+    results.append(_rounds(exp, 2)[0].params)
+  chex.assert_trees_all_close(results[0], results[1], atol=1e-5, rtol=1e-5)
+  chex.assert_trees_all_close(results[0], results[2], atol=1e-5, rtol=1e-5)
+
+
+def test_conv_model_vmap_equals_sequential(tmp_path):
+  from conftest import make_npz
+  import json
+  path = make_npz(tmp_path / 'img.npz', n_train=24, n_test=8, dim=8 * 8, uint8=True)
+  data = dict(np.load(path))
+  data['x_train'] = data['x_train'].reshape(-1, 8, 8)
+  data['x_test'] = data['x_test'].reshape(-1, 8, 8)
+  np.savez(path, **data)
+  parts = tmp_path / 'p.json'
+  parts.write_text(json.dumps([list(range(0, 5)), list(range(5, 14)), list(range(14, 24))]))
+  out = []
+  for parallelism in ('vmap', 'sequential'):
+    exp = fedjax_drift.prepare(fedjax_drift.Config(
+        dataset=f'npz:{path}', partition=f'file:{parts}', model='cnn_mnist', num_clients=3,
+        clients_per_round=3, local_steps=2, local_epochs=0, batch_size=4,
+        client_parallelism=parallelism, progress=False))
+    out.append(one_round(exp)[0].params)
+  chex.assert_trees_all_close(out[0], out[1], atol=1e-4, rtol=1e-4)
+
+
+def test_same_seed_identical_different_seed_differs(tiny_npz, unequal_partition):
+  def params(seed):
+    config = tiny_config(tiny_npz, unequal_partition, seed=seed, clients_per_round=2,
+                         batch_size=3)
+    return _rounds(fedjax_drift.prepare(config), 3)[0].params
+  a, b, c = params(0), params(0), params(1)
+  chex.assert_trees_all_equal(a, b)
+  assert not np.allclose(a['dense']['kernel'], c['dense']['kernel'])
+
+
+def test_segment_compiles_once(tiny_npz, unequal_partition):
+  exp = fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, clients_per_round=2))
+  segment = engine.make_segment(exp.round_fn, 4)
+  state = exp.state
+  state, m1 = segment(state, exp.data, 4)
+  state, m2 = segment(state, exp.data, 3)  # a shorter final segment reuses the program
+  assert segment._cache_size() == 1  # pylint: disable=protected-access
+  assert int(state.round) == 7
+  assert np.all(np.asarray(m2['train_loss'])[3:] == 0)  # the skipped iteration
+
+
+def test_segment_equals_round_by_round(tiny_npz, unequal_partition):
+  exp = fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, clients_per_round=2,
+                                         batch_size=5))
+  by_round = _rounds(exp, 3)[0]
+  exp = fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, clients_per_round=2,
+                                         batch_size=5))
+  seg = engine.make_segment(exp.round_fn, 5)(exp.state, exp.data, 3)[0]
+  chex.assert_trees_all_close(by_round.params, seg.params, atol=1e-6)
+
+
+def test_auto_parallelism_choice():
+  assert engine.choose_parallelism('auto', 'conv', 'cpu', 10)[0] == 1
+  assert engine.choose_parallelism('auto', 'dense', 'cpu', 10)[0] == 10
+  assert engine.choose_parallelism('auto', 'conv', 'gpu', 10)[0] == 10
+  assert engine.choose_parallelism('vmap', 'conv', 'cpu', 10, chunk=4)[0] == 4
+
+
+def test_cohort_sampling_without_replacement():
+  for seed in range(20):
+    ids = np.asarray(engine.sample_cohort(jax.random.key(seed), 30, 12))
+    assert len(set(ids.tolist())) == 12 and ids.min() >= 0 and ids.max() < 30
