@@ -46,6 +46,30 @@ class Config:
   # Server.
   server_lr: float = _f(1.0, 'server learning rate (alpha)')
   weighting: str = _f('examples', 'aggregation weights p_i', ('uniform', 'examples'))
+  # Algorithm hyperparameters (../shared/ALGORITHMS.md).
+  beta: float = _f(0.9, 'FedADC / SlowMo momentum beta')
+  beta_local: float = _f(-1.0, 'FedADC beta_local for m_bar = beta_local m_t / H_i; -1 = --beta '
+                         '(1 gives the 2021 conference version)')
+  beta_global: float = _f(-1.0, 'FedADC beta_global; -1 = --beta')
+  fedadc_variant: str = _f('heavy_ball', 'FedADC local step', ('heavy_ball', 'nesterov'))
+  phi: float = _f(0.9, 'FedADC double momentum: local EMA coefficient')
+  kd_lambda: float = _f(0.35, 'FedADC+ self-confidence distillation weight lambda')
+  kd_temperature: float = _f(1.0, 'distillation temperature tau (FedADC+, FedGKD)')
+  for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)')
+  gkd_gamma: float = _f(0.2, 'FedGKD distillation weight gamma (the loss adds gamma/2 KL)')
+  gkd_buffer: int = _f(5, 'FedGKD / FedGKD-Vote: number M of past global models kept')
+  vote_lambda: float = _f(0.1, 'FedGKD-Vote scale lambda')
+  vote_val_size: int = _f(500, 'FedGKD-Vote: training examples held out for server validation')
+  attention: str = _f('self', 'IGFL-S attention query', ('self', 'global', 'time'))
+  attention_similarity: str = _f('dot', 'IGFL-S score', ('dot', 'cosine'))
+  attention_temperature: float = _f(1.0, 'IGFL-S scores are divided by this')
+  igfl_group: float = _f(1.0, 'IGFL-C: scale of the group term Delta_G (1 = the paper, '
+                         '0 = FedAvg steps)')
+  server_momentum: float = _f(0.0, 'add SlowMo server momentum with this beta to any algorithm')
+  local_terms: str = _f('', 'comma list of extra local parts: for, gkd, gkd_vote, self_kd, '
+                        'igfl_c')
+  aggregator: str = _f('', 'override the aggregator: mean, attention_self, attention_global, '
+                       'attention_time')
   # Execution.
   seed: int = _f(0, 'run seed: partition, init, cohorts and batches derive from it')
   client_parallelism: str = _f('auto', 'how cohort clients run inside the compiled round',
@@ -74,6 +98,26 @@ class Config:
       value = getattr(self, name)
       if not (math.isfinite(value) and value > 0):
         raise UserError(f'--{name}={value} must be a finite number > 0')
+    for name in ('kd_temperature', 'attention_temperature'):
+      value = getattr(self, name)
+      if not value > 0:
+        raise UserError(f'--{name}={value} must be > 0')
+    for name in ('beta', 'phi', 'kd_lambda', 'server_momentum'):
+      value = getattr(self, name)
+      if not (math.isfinite(value) and 0 <= value <= 1):
+        raise UserError(f'--{name}={value} must be in [0, 1]')
+    for name in ('beta_local', 'beta_global'):
+      value = getattr(self, name)
+      if not (value == -1 or 0 <= value <= 1):
+        raise UserError(f'--{name}={value} must be in [0, 1] (or -1 for --beta)')
+    for name in ('for_alpha', 'gkd_gamma', 'vote_lambda', 'igfl_group'):
+      value = getattr(self, name)
+      if not (math.isfinite(value) and value >= 0):
+        raise UserError(f'--{name}={value} must be a finite number >= 0')
+    if self.gkd_buffer < 1:
+      raise UserError(f'--gkd_buffer={self.gkd_buffer} must be >= 1')
+    if self.vote_val_size < 1:
+      raise UserError(f'--vote_val_size={self.vote_val_size} must be >= 1')
     for name in ('local_momentum',):
       value = getattr(self, name)
       if not 0 <= value < 1:

@@ -31,11 +31,14 @@ class Experiment(NamedTuple):
   max_local_steps: int
   chunk: int
   strategy: str
+  server_data: Any           # FedGKD-Vote's validation split, or None
 
 
 def prepare(config: Config) -> Experiment:
   config.validate()
   dataset = sources.load(config.dataset, config.data_dir or None)
+  algorithms.recipe(config)  # fail on a bad --algo / --local_terms before any work
+  dataset, server_data = _hold_out_validation(config, dataset)
   train_parts = partitions.partition(config.partition, dataset.y_train, config.num_clients,
                                      config.seed, config.classes_per_client,
                                      config.dirichlet_alpha)
@@ -48,7 +51,7 @@ def prepare(config: Config) -> Experiment:
     test_parts = partitions.partition_like(train_parts, dataset.y_train, dataset.y_test,
                                            config.seed, dataset.num_classes)
   model = models.get(config.model, dataset.num_classes, dataset.x_train.shape[1:], config.init)
-  algo = algorithms.get(config.algo, config, model)
+  algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
   counts = np.array([len(p) for p in train_parts])
   max_local_steps = engine.max_steps(counts, schedule)
@@ -62,7 +65,34 @@ def prepare(config: Config) -> Experiment:
   round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
                                config.weighting, chunk)
   return Experiment(config, dataset, train_parts, test_parts, model, algo, data, state,
-                    round_fn, schedule, max_local_steps, chunk, strategy)
+                    round_fn, schedule, max_local_steps, chunk, strategy, server_data)
+
+
+def _hold_out_validation(config, dataset):
+  """FedGKD-Vote's server validation split: --vote_val_size training examples, seeded.
+
+  With a file partition, they come from examples no client holds (indices stay valid).
+  """
+  if not algorithms.needs_validation(config):
+    return dataset, None
+  n, size = len(dataset.y_train), config.vote_val_size
+  rng = np.random.default_rng(config.seed + 104729)
+  if config.partition.startswith('file:'):
+    used = np.concatenate(partitions.from_file(config.partition[5:], n))
+    free = np.setdiff1d(np.arange(n), used)
+    if len(free) < size:
+      raise UserError(f'--vote_val_size={size}: only {len(free)} training examples are in no '
+                      f'client of --partition={config.partition}')
+    val = rng.choice(free, size, replace=False)
+    keep = np.arange(n)  # indices in the file refer to the full training set
+  else:
+    if size >= n:
+      raise UserError(f'--vote_val_size={size} must be smaller than the {n} training examples')
+    perm = rng.permutation(n)
+    val, keep = perm[:size], np.sort(perm[size:])
+  server_data = {'x_val': federated.to_float(jnp.asarray(dataset.x_train[val])),
+                 'y_val': jnp.asarray(dataset.y_train[val])}
+  return dataset._replace(x_train=dataset.x_train[keep], y_train=dataset.y_train[keep]), server_data
 
 
 def _progress(total, enabled):

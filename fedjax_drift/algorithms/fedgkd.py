@@ -1,0 +1,93 @@
+"""FedGKD and FedGKD-Vote (Yao et al., eqs. 3-5 and Algorithm 1).
+
+The server keeps the last M global models w_t, w_{t-1}, ..., w_{t-M+1} (fewer in the first
+rounds). FedGKD distils from their average:
+
+    L = CE + (gamma / 2) mean_x KL(h(w_bar_t, x) || h(w, x)),  w_bar_t = (1/M) sum_m w_{t-m+1}
+
+FedGKD-Vote keeps one term per buffered model, weighted by server-side validation loss:
+
+    L = CE + sum_m (gamma_m / 2) KL(h(w_{t-m+1}) || h(w)),  gamma_m / 2 = lambda softmax_m(-L_m / beta)
+
+with beta = 1/M. h is the temperature softmax; the KL convention is in distill.py.
+"""
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_drift.algorithms.distill import kd_loss
+from fedjax_drift.algorithms.local import cross_entropy
+from fedjax_drift.algorithms.parts import Part
+
+
+class ModelBuffer(NamedTuple):
+  models: dict        # every leaf [M, ...]; slot (count - 1) % M holds the newest
+  count: jax.Array    # int32: models pushed so far
+
+
+def _init_buffer(params, size):
+  models = jax.tree.map(lambda p: jnp.zeros((size,) + p.shape, p.dtype).at[0].set(p), params)
+  return ModelBuffer(models, jnp.ones((), jnp.int32))
+
+
+def _push(buffer, params, size):
+  slot = buffer.count % size
+  models = jax.tree.map(lambda b, p: b.at[slot].set(p), buffer.models, params)
+  return ModelBuffer(models, buffer.count + 1)
+
+
+def _filled(buffer, size):
+  """[M] float mask of the slots holding a model."""
+  return (jnp.arange(size) < jnp.minimum(buffer.count, size)).astype(jnp.float32)
+
+
+def _push_new_global(size):
+  def server_update(params, buffer, sctx):
+    del sctx
+    return params, _push(buffer, params, size)
+  return server_update
+
+
+def ensemble_distillation(gamma, buffer_size, temperature):
+  """FedGKD: distil from the average of the buffered global models."""
+
+  def payload(buffer, params, server):
+    del params, server
+    filled = _filled(buffer, buffer_size)
+    return jax.tree.map(lambda b: jnp.tensordot(filled, b, axes=1) / jnp.sum(filled),
+                        buffer.models)
+
+  def loss(params, logits, batch, ctx):
+    del params
+    teacher = ctx.apply(ctx.payload['fedgkd'], batch.x)
+    return 0.5 * gamma * kd_loss(teacher, logits, batch.mask, temperature)
+
+  return Part('fedgkd', init=lambda p: _init_buffer(p, buffer_size), payload=payload,
+              loss=loss, server_update=_push_new_global(buffer_size))
+
+
+def vote_distillation(vote_lambda, buffer_size, temperature, apply_fn, x_val, y_val):
+  """FedGKD-Vote: one KL term per buffered model, weighted by validation loss on the server."""
+  beta = 1.0 / buffer_size
+
+  def payload(buffer, params, server):
+    del params, server
+    filled = _filled(buffer, buffer_size)
+    losses = jax.vmap(lambda m: jnp.mean(cross_entropy(apply_fn(m, x_val), y_val)))(
+        buffer.models)
+    scores = jnp.where(filled > 0, -losses / beta, -jnp.inf)
+    half_gammas = vote_lambda * jax.nn.softmax(scores)  # gamma_m / 2; 0 for empty slots
+    return {'models': buffer.models, 'half_gammas': half_gammas}
+
+  def loss(params, logits, batch, ctx):
+    del params
+    sent = ctx.payload['fedgkd_vote']
+
+    def one(model, half_gamma):
+      return half_gamma * kd_loss(ctx.apply(model, batch.x), logits, batch.mask, temperature)
+
+    return jnp.sum(jax.vmap(one)(sent['models'], sent['half_gammas']))
+
+  return Part('fedgkd_vote', init=lambda p: _init_buffer(p, buffer_size), payload=payload,
+              loss=loss, server_update=_push_new_global(buffer_size))

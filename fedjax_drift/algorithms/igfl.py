@@ -1,0 +1,104 @@
+"""IGFL, "Behavior Mimics Distribution" (Algorithms 1-3): group-aware local steps (IGFL-C)
+and attention aggregation at the server (IGFL-S).
+
+Updates here are in the paper's sign, Delta_w = w - w_ps = -delta (state.py's delta).
+
+IGFL-C, each of the client's T local steps:
+    Delta_I = -eta g
+    Delta_G = (1/K)(Delta_I - Delta_w_i / T) + Delta_w_ps / T
+    w <- w + Delta_I + Delta_G
+with Delta_w_i the client's own previous update (per-client state, zeros until it first
+participates) and Delta_w_ps = w_ps^r - w_ps^{r-1} (server state). As a gradient correction for
+the local SGD step w <- w - eta g':
+    g' = (1 + 1/K) g + (Delta_w_i / (K T) - Delta_w_ps / T) / eta.
+
+IGFL-S: alpha_ij = softmax_j(<q_i, Delta_w_j> / temperature), Delta_w_hat_i = sum_j alpha_ij Delta_w_j,
+w_ps <- w_ps + (1/K) sum_i Delta_w_hat_i, with q_i = Delta_w_i (self), the plain mean update
+(global), or client i's previous update (time; a zero query gives a uniform row). The softmax
+subtracts its max, and infinite scores are clipped to the float range, so huge dot products
+stay finite.
+"""
+import jax
+import jax.numpy as jnp
+
+from fedjax_drift.algorithms.parts import Part
+
+ATTENTIONS = ('self', 'global', 'time')
+
+
+def _zeros_like(params):
+  return jax.tree.map(jnp.zeros_like, params)
+
+
+def group_correction(group_scale=1.0):
+  """IGFL-C as a Part: per-client Delta_w_i, server Delta_w_ps.
+
+  group_scale multiplies Delta_G: 1 is the paper, 0 turns IGFL-C into plain local SGD.
+  """
+
+  def correct(grads, ctx):
+    k = ctx.cohort_size
+    t = jnp.maximum(ctx.num_steps, 1).astype(jnp.float32)
+    return jax.tree.map(
+        lambda g, own, ps: g + group_scale * (g / k + (own / (k * t) - ps / t) / ctx.lr),
+        grads, ctx.state['igfl_c'], ctx.payload['igfl_c'])
+
+  def client_final(ctx, delta):
+    del ctx
+    return jax.tree.map(jnp.negative, delta)  # Delta_w_i = w^T - w_ps
+
+  def server_update(params, buffer, sctx):
+    del buffer
+    return params, jax.tree.map(jnp.subtract, params, sctx.old_params)
+
+  return Part('igfl_c', init=_zeros_like, payload=lambda buffer, params, server: buffer,
+              init_client=_zeros_like, correct=correct, client_final=client_final,
+              server_update=server_update)
+
+
+def _flatten(tree):
+  """[K, ...] leaves -> [K, P]."""
+  return jnp.concatenate([a.reshape(a.shape[0], -1) for a in jax.tree.leaves(tree)], axis=1)
+
+
+def attention_weights(queries, keys, similarity='dot', temperature=1.0):
+  """[Q, P] x [K, P] -> [Q, K] row-stochastic attention weights, computed stably."""
+  scores = queries @ keys.T
+  if similarity == 'cosine':
+    qn = jnp.linalg.norm(queries, axis=1, keepdims=True)
+    kn = jnp.linalg.norm(keys, axis=1, keepdims=True)
+    scores = scores / jnp.maximum(qn * kn.T, 1e-30)
+  scores = scores / temperature
+  big = jnp.finfo(scores.dtype).max
+  return jax.nn.softmax(jnp.clip(scores, -big, big), axis=1)
+
+
+def attention(kind='self', similarity='dot', temperature=1.0, previous_update_key=None):
+  """IGFL-S as a Part with an aggregator; time attention keeps previous updates per client.
+
+  previous_update_key: the part whose per-client state already holds each client's previous
+  update in the paper's sign (IGFL-C's 'igfl_c'); if None, this part keeps its own copy.
+  """
+  if kind not in ATTENTIONS:
+    raise ValueError(f'attention kind must be one of {ATTENTIONS}, got {kind}')
+  name = f'attention_{kind}'
+  own_state = kind == 'time' and previous_update_key is None
+  state_key = name if own_state else previous_update_key
+
+  def aggregate(deltas, weights, cohort, buffer):
+    del weights, buffer  # IGFL averages with 1/K whatever the weighting
+    values = -_flatten(deltas)  # Delta_w_j, paper sign
+    if kind == 'self':
+      queries = values
+    elif kind == 'global':
+      queries = jnp.mean(values, axis=0, keepdims=True)
+    else:
+      queries = _flatten(cohort.old_states[state_key])
+    alpha = attention_weights(queries, values, similarity, temperature)  # [Q, K]
+    mixing = jnp.mean(alpha, axis=0) if kind != 'global' else alpha[0]  # (1/K) sum_i alpha_ij
+    return jax.tree.map(lambda d: jnp.tensordot(mixing, d, axes=1), deltas)
+
+  return Part(name, aggregate=aggregate,
+              init_client=_zeros_like if own_state else None,
+              client_final=(lambda ctx, delta: jax.tree.map(jnp.negative, delta))
+              if own_state else None)
