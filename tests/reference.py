@@ -27,3 +27,44 @@ def logreg_loss(W, b, x, y):
 def to_numpy_params(params):
   return (np.asarray(params['dense']['kernel'], np.float64),
           np.asarray(params['dense']['bias'], np.float64))
+
+
+# ---------------------------------------------------------------------------------------------
+# A numpy simulator of one round on logistic regression, with params as one flat float64 vector
+# [kernel.ravel(), bias]. Algorithms plug in per-example logit gradients and step rules, written
+# straight from ../shared/ALGORITHMS.md.
+
+def onehot(y, num_classes):
+  out = np.zeros((len(y), num_classes))
+  out[np.arange(len(y)), y] = 1.0
+  return out
+
+
+class LogReg:
+  def __init__(self, dim, num_classes):
+    self.d, self.c = dim, num_classes
+
+  def split(self, theta):
+    return theta[:self.d * self.c].reshape(self.d, self.c), theta[self.d * self.c:]
+
+  def logits(self, theta, x):
+    W, b = self.split(theta)
+    return x.reshape(len(x), -1).astype(np.float64) @ W + b
+
+  def grad(self, theta, x, dlogits, mask):
+    """Gradient of mean_{mask} l(z) given per-example dl/dz."""
+    G = dlogits * (mask / max(mask.sum(), 1.0))[:, None]
+    xf = x.reshape(len(x), -1).astype(np.float64)
+    return np.concatenate([(xf.T @ G).ravel(), G.sum(axis=0)])
+
+  def ce_dlogits(self, theta, x, y):
+    return softmax(self.logits(theta, x)) - onehot(y, self.c)
+
+  def kd_dlogits(self, theta, teacher_theta, x, tau):
+    """d/dz KL(softmax(z_t / tau) || softmax(z / tau)) = (softmax(z / tau) - softmax(z_t / tau)) / tau."""
+    return (softmax(self.logits(theta, x) / tau) - softmax(self.logits(teacher_theta, x) / tau)) / tau
+
+
+def flat(params):
+  W, b = to_numpy_params(params)
+  return np.concatenate([W.ravel(), b])

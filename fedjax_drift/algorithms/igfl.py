@@ -61,16 +61,28 @@ def _flatten(tree):
   return jnp.concatenate([a.reshape(a.shape[0], -1) for a in jax.tree.leaves(tree)], axis=1)
 
 
+def _unit_rows(a):
+  """Rows scaled to unit norm, without overflow (scale by the max entry first)."""
+  a = a / jnp.maximum(jnp.max(jnp.abs(a), axis=1, keepdims=True), 1e-30)
+  return a / jnp.maximum(jnp.linalg.norm(a, axis=1, keepdims=True), 1e-30)
+
+
 def attention_weights(queries, keys, similarity='dot', temperature=1.0):
-  """[Q, P] x [K, P] -> [Q, K] row-stochastic attention weights, computed stably."""
-  scores = queries @ keys.T
+  """[Q, P] x [K, P] -> [Q, K] row-stochastic attention weights, computed stably.
+
+  Whole-model dot products can exceed float32: the operands are scaled to max-abs 1 before
+  the matmul (no inf - inf inside it), the scale is multiplied back, scores are clipped to the
+  finite range and the softmax subtracts its max.
+  """
+  big = jnp.finfo(queries.dtype).max
   if similarity == 'cosine':
-    qn = jnp.linalg.norm(queries, axis=1, keepdims=True)
-    kn = jnp.linalg.norm(keys, axis=1, keepdims=True)
-    scores = scores / jnp.maximum(qn * kn.T, 1e-30)
-  scores = scores / temperature
-  big = jnp.finfo(scores.dtype).max
-  return jax.nn.softmax(jnp.clip(scores, -big, big), axis=1)
+    scores = _unit_rows(queries) @ _unit_rows(keys).T
+  else:
+    sq = jnp.maximum(jnp.max(jnp.abs(queries)), 1e-30)
+    sk = jnp.maximum(jnp.max(jnp.abs(keys)), 1e-30)
+    scores = jnp.clip((queries / sq) @ (keys / sk).T * sq, -big, big) * sk
+  scores = jnp.clip(scores / temperature, -big, big)
+  return jax.nn.softmax(scores, axis=1)
 
 
 def attention(kind='self', similarity='dot', temperature=1.0, previous_update_key=None):
