@@ -45,7 +45,9 @@ class Config:
   weight_decay: float = _f(0.0, 'L2 weight decay added to the local gradient')
   # Server.
   server_lr: float = _f(1.0, 'server learning rate (alpha)')
-  weighting: str = _f('examples', 'aggregation weights p_i', ('uniform', 'examples'))
+  weighting: str = _f('auto', 'aggregation weights p_i: auto = the paper\'s own (uniform for '
+                      'scaffold, feddyn, igfl*, fedadam/yogi/adagrad; examples otherwise)',
+                      ('auto', 'uniform', 'examples'))
   # Algorithm hyperparameters (../shared/ALGORITHMS.md).
   beta: float = _f(0.9, 'FedADC / SlowMo momentum beta')
   beta_local: float = _f(-1.0, 'FedADC beta_local for m_bar = beta_local m_t / H_i; -1 = --beta '
@@ -65,9 +67,20 @@ class Config:
   attention_temperature: float = _f(1.0, 'IGFL-S scores are divided by this')
   igfl_group: float = _f(1.0, 'IGFL-C: scale of the group term Delta_G (1 = the paper, '
                          '0 = FedAvg steps)')
+  prox_mu: float = _f(0.01, 'FedProx mu')
+  dyn_alpha: float = _f(0.01, 'FedDyn alpha')
+  curv_lambda: float = _f(0.01, 'FedCurv lambda')
+  ntd_beta: float = _f(0.3, 'FedNTD beta')
+  ntd_temperature: float = _f(1.0, 'FedNTD temperature tau')
+  rs_alpha: float = _f(0.5, 'FedRS: scale of absent classes\' logits (1 = FedAvg)')
+  server_optimizer: str = _f('', 'override the server optimizer: avg, slowmo, adam, yogi, '
+                             'adagrad')
+  server_beta1: float = _f(0.9, 'FedAdam/FedYogi/FedAdagrad first-moment decay')
+  server_beta2: float = _f(0.99, 'FedAdam/FedYogi second-moment decay')
+  server_tau: float = _f(0.01, 'FedAdam/FedYogi/FedAdagrad adaptivity tau')
   server_momentum: float = _f(0.0, 'add SlowMo server momentum with this beta to any algorithm')
-  local_terms: str = _f('', 'comma list of extra local parts: for, gkd, gkd_vote, self_kd, '
-                        'igfl_c')
+  local_terms: str = _f('', 'comma list of extra local parts: fedadc, self_kd, for, gkd, '
+                        'gkd_vote, igfl_c, prox, scaffold, dyn, curv, ntd, rs')
   aggregator: str = _f('', 'override the aggregator: mean, attention_self, attention_global, '
                        'attention_time')
   # Execution.
@@ -98,11 +111,12 @@ class Config:
       value = getattr(self, name)
       if not (math.isfinite(value) and value > 0):
         raise UserError(f'--{name}={value} must be a finite number > 0')
-    for name in ('kd_temperature', 'attention_temperature'):
+    for name in ('kd_temperature', 'attention_temperature', 'ntd_temperature', 'server_tau'):
       value = getattr(self, name)
       if not value > 0:
         raise UserError(f'--{name}={value} must be > 0')
-    for name in ('beta', 'phi', 'kd_lambda', 'server_momentum'):
+    for name in ('beta', 'phi', 'kd_lambda', 'server_momentum', 'rs_alpha', 'server_beta1',
+                 'server_beta2'):
       value = getattr(self, name)
       if not (math.isfinite(value) and 0 <= value <= 1):
         raise UserError(f'--{name}={value} must be in [0, 1]')
@@ -110,7 +124,8 @@ class Config:
       value = getattr(self, name)
       if not (value == -1 or 0 <= value <= 1):
         raise UserError(f'--{name}={value} must be in [0, 1] (or -1 for --beta)')
-    for name in ('for_alpha', 'gkd_gamma', 'vote_lambda', 'igfl_group'):
+    for name in ('for_alpha', 'gkd_gamma', 'vote_lambda', 'igfl_group', 'prox_mu', 'dyn_alpha',
+                 'curv_lambda', 'ntd_beta'):
       value = getattr(self, name)
       if not (math.isfinite(value) and value >= 0):
         raise UserError(f'--{name}={value} must be a finite number >= 0')

@@ -63,7 +63,7 @@ def prepare(config: Config) -> Experiment:
   params = model.init(jax.random.fold_in(run_key, 0))
   state = engine.init_state(algo, params, num_clients, jax.random.fold_in(run_key, 1))
   round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
-                               config.weighting, chunk)
+                               algorithms.weighting(config), chunk)
   return Experiment(config, dataset, train_parts, test_parts, model, algo, data, state,
                     round_fn, schedule, max_local_steps, chunk, strategy, server_data)
 
@@ -129,6 +129,7 @@ def run(config: Config, log=print) -> dict:
       'num_classes': ds.num_classes, 'input_shape': list(ds.x_train.shape[1:]),
       'num_clients': len(exp.train_parts), 'max_local_steps': exp.max_local_steps,
       'cohort_chunk': exp.chunk, 'strategy': exp.strategy, 'num_params': num_params,
+      'weighting': algorithms.weighting(cfg),
       'backend': jax.default_backend(), 'jax_version': jax.__version__})
   report.write_json(os.path.join(run_dir, 'config.json'), resolved)
   hist = np.asarray(exp.data.label_hist)

@@ -9,7 +9,7 @@ from fedjax_drift import engine
 def tiny_config(npz, partition, **overrides):
   base = dict(dataset=f'npz:{npz}', partition=f'file:{partition}', model='logreg',
               clients_per_round=4, num_clients=4, rounds=1, local_steps=3, local_epochs=0,
-              batch_size=0, lr=0.1, weighting='examples', progress=False, eval_every=1)
+              batch_size=0, lr=0.1, weighting='auto', progress=False, eval_every=1)
   base.update(overrides)
   return fedjax_drift.Config(**base)
 
@@ -18,7 +18,7 @@ def one_round(exp, state=None):
   return jax.jit(exp.round_fn)(exp.state if state is None else state, exp.data)
 
 
-def cohort_and_batches(exp, state=None):
+def cohort_and_batches(exp, state=None, extra_steps=0):
   """Replays round `state.round`'s cohort ids and each client's batches (x, y, mask) in numpy."""
   state = exp.state if state is None else state
   rkey = jax.random.fold_in(state.key, state.round)
@@ -33,5 +33,6 @@ def cohort_and_batches(exp, state=None):
     key = jax.random.fold_in(jax.random.fold_in(rkey, 1), int(cid))
     fn = engine.make_batch_fn(exp.data, int(cid), int(counts[cid]), key,
                               exp.schedule.batch_size, int(spe[cid]))
-    batches[int(cid)] = [tuple(np.asarray(a) for a in fn(s)) for s in range(int(steps[cid]))]
+    batches[int(cid)] = [tuple(np.asarray(a) for a in fn(s))
+                         for s in range(int(steps[cid]) + extra_steps)]
   return ids, counts, batches

@@ -1,75 +1,78 @@
 """Algorithms by name, and composition from parts.
 
-`get(name, config, model, server_data)` builds a FederatedAlgorithm. Each name is a recipe of
-parts (see parts.py) plus a server optimizer:
+`get(name, config, model, server_data)` builds a FederatedAlgorithm. Each name is a recipe:
+local parts (see parts.py), an aggregator, a server optimizer, and the paper's aggregation
+weighting (used when --weighting=auto).
 
-  fedavg        no parts; averaging
-  slowmo        averaging with server momentum --beta (alias fedavgm)
-  fedadc        embedded momentum (--fedadc_variant, --beta_local, --beta_global)
-  fedadc_dm     embedded momentum + local double momentum --phi
-  fedadc_plus   embedded momentum + self-confidence KD (--kd_lambda, --kd_temperature)
-  fedfor        rectified first-order term (--for_alpha)
-  fedgkd        ensemble distillation from the last --gkd_buffer global models (--gkd_gamma)
-  fedgkd_vote   per-model distillation weighted by server validation loss (--vote_lambda)
-  igfl_c        group-aware local steps; averaging with 1/K
-  igfl_s        attention aggregation (--attention, --attention_similarity, ...)
-  igfl          igfl_c + igfl_s
-
-Composition flags add parts to any recipe: --local_terms=for,gkd,gkd_vote,self_kd,igfl_c adds
-local terms/corrections, --aggregator=mean|attention_self|attention_global|attention_time
-replaces the aggregator, and --server_momentum=beta puts SlowMo momentum on the server (not for
-the fedadc family, whose server momentum is part of the method).
+Composition flags extend any recipe: --local_terms adds local parts (LOCAL_TERMS),
+--aggregator replaces the aggregator (AGGREGATORS), --server_optimizer replaces the server
+optimizer and --server_momentum puts SlowMo momentum on an averaging server.
 """
 import dataclasses
+from typing import NamedTuple
 
-import jax
-
-from fedjax_drift.algorithms import fedadc, fedfor, fedgkd, igfl, local, server_optimizers
-from fedjax_drift.algorithms.parts import Part, compose
+from fedjax_drift.algorithms import (fedadc, fedcurv, feddyn, fedfor, fedgkd, fedntd, fedprox,
+                                     fedrs, igfl, local, scaffold, server_optimizers)
+from fedjax_drift.algorithms.parts import compose
 from fedjax_drift.errors import UserError
 
-NAMES = ('fedavg', 'slowmo', 'fedavgm', 'fedadc', 'fedadc_dm', 'fedadc_plus', 'fedfor',
-         'fedgkd', 'fedgkd_vote', 'igfl_c', 'igfl_s', 'igfl')
-LOCAL_TERMS = ('for', 'gkd', 'gkd_vote', 'self_kd', 'igfl_c')
-AGGREGATORS = ('mean', 'attention_self', 'attention_global', 'attention_time')
 
-# Recipes: (local parts, default aggregator).
-_RECIPES = {
-    'fedavg': ((), 'mean'),
-    'slowmo': ((), 'mean'),
-    'fedavgm': ((), 'mean'),
-    'fedadc': (('fedadc',), 'mean'),
-    'fedadc_dm': (('fedadc',), 'mean'),
-    'fedadc_plus': (('fedadc', 'self_kd'), 'mean'),
-    'fedfor': (('for',), 'mean'),
-    'fedgkd': (('gkd',), 'mean'),
-    'fedgkd_vote': (('gkd_vote',), 'mean'),
-    'igfl_c': (('igfl_c',), 'attention_none'),
-    'igfl_s': ((), 'attention'),
-    'igfl': (('igfl_c',), 'attention'),
+class Recipe(NamedTuple):
+  parts: tuple = ()
+  aggregator: str = 'mean'
+  server: str = 'avg'          # avg, slowmo, fedadc, adam, yogi, adagrad
+  weighting: str = 'examples'  # the paper's p_i: examples (n_i / n) or uniform (1/K)
+  summary: str = ''
+
+
+RECIPES = {
+    'fedavg': Recipe(summary='local SGD, weighted mean (McMahan et al.)'),
+    'slowmo': Recipe(server='slowmo', summary='server momentum --beta (SlowMo)'),
+    'fedavgm': Recipe(server='slowmo', summary='alias of slowmo'),
+    'fedadc': Recipe(('fedadc',), server='fedadc', summary='embedded server momentum'),
+    'fedadc_dm': Recipe(('fedadc',), server='fedadc', summary='FedADC + local double momentum'),
+    'fedadc_plus': Recipe(('fedadc', 'self_kd'), server='fedadc',
+                          summary='FedADC + self-confidence distillation'),
+    'fedfor': Recipe(('for',), summary='rectified first-order term (--for_alpha)'),
+    'fedgkd': Recipe(('gkd',), summary='distillation from the buffered global models'),
+    'fedgkd_vote': Recipe(('gkd_vote',), summary='per-model distillation, validation-weighted'),
+    'igfl_c': Recipe(('igfl_c',), weighting='uniform', summary='group-aware local steps'),
+    'igfl_s': Recipe((), 'attention', weighting='uniform', summary='attention aggregation'),
+    'igfl': Recipe(('igfl_c',), 'attention', weighting='uniform', summary='IGFL-C + IGFL-S'),
+    'fedprox': Recipe(('prox',), summary='proximal term (--prox_mu)'),
+    'scaffold': Recipe(('scaffold',), weighting='uniform', summary='control variates, option II'),
+    'feddyn': Recipe(('dyn',), weighting='uniform', summary='dynamic regularisation'),
+    'fedcurv': Recipe(('curv',), summary='EWC penalty with client Fishers'),
+    'fedntd': Recipe(('ntd',), summary='not-true distillation'),
+    'fedrs': Recipe(('rs',), summary='restricted softmax'),
+    'fedadam': Recipe(server='adam', weighting='uniform', summary='adaptive server (Adam)'),
+    'fedyogi': Recipe(server='yogi', weighting='uniform', summary='adaptive server (Yogi)'),
+    'fedadagrad': Recipe(server='adagrad', weighting='uniform',
+                         summary='adaptive server (Adagrad)'),
 }
-
-
-def needs_validation(config):
-  """Whether the server holds out a validation split (FedGKD-Vote)."""
-  return config.algo == 'fedgkd_vote' or 'gkd_vote' in _split(config.local_terms)
+NAMES = tuple(RECIPES)
+LOCAL_TERMS = ('fedadc', 'self_kd', 'for', 'gkd', 'gkd_vote', 'igfl_c', 'prox', 'scaffold',
+               'dyn', 'curv', 'ntd', 'rs')
+AGGREGATORS = ('mean', 'attention_self', 'attention_global', 'attention_time')
+SERVER_OPTIMIZERS = ('avg', 'slowmo', 'adam', 'yogi', 'adagrad')
 
 
 def _split(text):
   return [t for t in (text or '').split(',') if t]
 
 
-def recipe(config):
-  """(local part names, aggregator name) for config.algo plus the composition flags."""
-  if config.algo not in _RECIPES:
+def recipe(config) -> Recipe:
+  """The recipe for config.algo with the composition flags applied; validates them."""
+  if config.algo not in RECIPES:
     raise UserError(f'--algo={config.algo} is unknown; use one of {", ".join(NAMES)}')
-  names, aggregator = _RECIPES[config.algo]
+  base = RECIPES[config.algo]
   extra = _split(config.local_terms)
   for t in extra:
     if t not in LOCAL_TERMS:
       raise UserError(f'--local_terms: {t!r} is unknown; use a comma list of '
                       f'{", ".join(LOCAL_TERMS)}')
-  names = tuple(dict.fromkeys(names + tuple(extra)))
+  parts = tuple(dict.fromkeys(base.parts + tuple(extra)))
+  aggregator = base.aggregator
   if aggregator == 'attention':
     aggregator = f'attention_{config.attention}'
   if config.aggregator:
@@ -77,68 +80,96 @@ def recipe(config):
       raise UserError(f'--aggregator={config.aggregator} is unknown; use one of '
                       f'{", ".join(AGGREGATORS)}')
     aggregator = config.aggregator
-  return names, aggregator
+  server = base.server
+  if 'fedadc' in parts:
+    if config.server_optimizer or config.server_momentum:
+      raise UserError('--server_optimizer/--server_momentum do not combine with FedADC, whose '
+                      'server momentum is part of the method (--beta_global)')
+    server = 'fedadc'
+  if config.server_optimizer:
+    if config.server_optimizer not in SERVER_OPTIMIZERS:
+      raise UserError(f'--server_optimizer={config.server_optimizer} is unknown; use one of '
+                      f'{", ".join(SERVER_OPTIMIZERS)}')
+    server = config.server_optimizer
+  if config.server_momentum:
+    if server != 'avg':
+      raise UserError(f'--server_momentum applies to an averaging server, not {server!r} '
+                      '(slowmo takes --beta)')
+    server = 'slowmo'
+  return base._replace(parts=parts, aggregator=aggregator, server=server)
+
+
+def weighting(config) -> str:
+  """The aggregation weighting: --weighting, or the paper's own when it is 'auto'."""
+  return recipe(config).weighting if config.weighting == 'auto' else config.weighting
+
+
+def needs_validation(config):
+  """Whether the server holds out a validation split (FedGKD-Vote)."""
+  return 'gkd_vote' in recipe(config).parts
+
+
+def _part(name, c, model, server_data, parts):
+  beta_local = c.beta if c.beta_local < 0 else c.beta_local
+  if name == 'fedadc':
+    return fedadc.embedded_momentum(beta_local, c.fedadc_variant == 'nesterov')
+  if name == 'self_kd':
+    return fedadc.self_confidence_kd(c.kd_lambda, c.kd_temperature)
+  if name == 'for':
+    return fedfor.rectified_term(c.for_alpha)
+  if name == 'gkd':
+    return fedgkd.ensemble_distillation(c.gkd_gamma, c.gkd_buffer, c.kd_temperature)
+  if name == 'gkd_vote':
+    if server_data is None:
+      raise UserError('FedGKD-Vote needs a server validation split (--vote_val_size)')
+    return fedgkd.vote_distillation(c.vote_lambda, c.gkd_buffer, c.kd_temperature,
+                                    model.apply, server_data['x_val'], server_data['y_val'])
+  if name == 'igfl_c':
+    return igfl.group_correction(c.igfl_group)
+  if name == 'prox':
+    return fedprox.proximal_term(c.prox_mu)
+  if name == 'scaffold':
+    return scaffold.control_variates()
+  if name == 'dyn':
+    return feddyn.dynamic_regularizer(c.dyn_alpha)
+  if name == 'curv':
+    return fedcurv.ewc_penalty(c.curv_lambda)
+  if name == 'ntd':
+    return fedntd.not_true_distillation(c.ntd_beta, c.ntd_temperature)
+  if name == 'rs':
+    return fedrs.restricted_softmax(c.rs_alpha)
+  if name.startswith('attention_'):
+    return igfl.attention(name[len('attention_'):], c.attention_similarity,
+                          c.attention_temperature, 'igfl_c' if 'igfl_c' in parts else None)
+  raise AssertionError(name)
+
+
+def _server_optimizer(server, c):
+  beta_local = c.beta if c.beta_local < 0 else c.beta_local
+  beta_global = c.beta if c.beta_global < 0 else c.beta_global
+  if server == 'fedadc':
+    if c.algo == 'fedadc_dm':
+      beta_global = beta_local  # Algorithm 4: m_{t+1} = Delta_bar
+    return fedadc.server_momentum(beta_local, beta_global, c.lr, c.server_lr)
+  if server == 'slowmo':
+    beta = c.server_momentum or c.beta
+    return server_optimizers.slowmo(beta, c.lr, c.server_lr)
+  if server in ('adam', 'yogi', 'adagrad'):
+    return server_optimizers.adaptive(server, c.server_lr, c.server_beta1, c.server_beta2,
+                                      c.server_tau)
+  return server_optimizers.averaging(c.server_lr)
 
 
 def get(name, config, model, server_data=None):
   """The algorithm `name` with hyperparameters from `config` (a fedjax_drift.Config)."""
   config = dataclasses.replace(config, algo=name)
-  names, aggregator = recipe(config)
-  lr = config.lr
-  beta_local = config.beta if config.beta_local < 0 else config.beta_local
-  beta_global = config.beta if config.beta_global < 0 else config.beta_global
-  fedadc_family = 'fedadc' in names
-
-  parts = []
-  for part in names:
-    if part == 'fedadc':
-      parts.append(fedadc.embedded_momentum(beta_local, config.fedadc_variant == 'nesterov'))
-    elif part == 'self_kd':
-      parts.append(fedadc.self_confidence_kd(config.kd_lambda, config.kd_temperature))
-    elif part == 'for':
-      parts.append(fedfor.rectified_term(config.for_alpha))
-    elif part == 'gkd':
-      parts.append(fedgkd.ensemble_distillation(config.gkd_gamma, config.gkd_buffer,
-                                                config.kd_temperature))
-    elif part == 'gkd_vote':
-      if server_data is None:
-        raise UserError('fedgkd_vote needs a server validation split (--vote_val_size)')
-      parts.append(fedgkd.vote_distillation(config.vote_lambda, config.gkd_buffer,
-                                            config.kd_temperature, model.apply,
-                                            server_data['x_val'], server_data['y_val']))
-    elif part == 'igfl_c':
-      parts.append(igfl.group_correction(config.igfl_group))
-  if aggregator.startswith('attention_') and aggregator != 'attention_none':
-    kind = aggregator[len('attention_'):]
-    parts.append(igfl.attention(kind, config.attention_similarity, config.attention_temperature,
-                                'igfl_c' if 'igfl_c' in names else None))
-  elif aggregator == 'attention_none':  # IGFL-C alone averages with the paper's 1/K
-    parts.append(Part('uniform_mean', aggregate=lambda d, w, c, b: _uniform_mean(d)))
-
-  if fedadc_family:
-    if config.server_momentum:
-      raise UserError(f'--server_momentum does not combine with --algo={config.algo}: its '
-                      'server momentum is --beta_global')
-    if config.algo == 'fedadc_dm':
-      beta_global = beta_local  # Algorithm 4: m_{t+1} = Delta_bar
-    server_opt = fedadc.server_momentum(beta_local, beta_global, lr, config.server_lr)
-  elif config.algo in ('slowmo', 'fedavgm'):
-    if config.server_momentum:
-      raise UserError(f'--algo={config.algo} takes its momentum from --beta, not '
-                      '--server_momentum')
-    server_opt = server_optimizers.slowmo(config.beta, lr, config.server_lr)
-  elif config.server_momentum:
-    server_opt = server_optimizers.slowmo(config.server_momentum, lr, config.server_lr)
-  else:
-    server_opt = server_optimizers.averaging(config.server_lr)
-
+  r = recipe(config)
+  parts = [_part(p, config, model, server_data, r.parts) for p in r.parts]
+  if r.aggregator != 'mean':
+    parts.append(_part(r.aggregator, config, model, server_data, r.parts))
   if config.algo == 'fedadc_dm':
-    local_opt = fedadc.double_momentum_optimizer(lr, config.phi, config.weight_decay)
+    local_opt = fedadc.double_momentum_optimizer(config.lr, config.phi, config.weight_decay)
   else:
-    local_opt = local.sgd(lr, config.local_momentum, config.weight_decay)
-  return compose(config.algo, model.apply, lr, local_opt, server_opt, parts,
-                 config.clients_per_round)
-
-
-def _uniform_mean(deltas):
-  return jax.tree.map(lambda d: d.mean(axis=0), deltas)
+    local_opt = local.sgd(config.lr, config.local_momentum, config.weight_decay)
+  return compose(config.algo, model.apply, config.lr, local_opt,
+                 _server_optimizer(r.server, config), parts, config.clients_per_round)

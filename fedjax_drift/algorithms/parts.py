@@ -34,6 +34,7 @@ class ClientContext(NamedTuple):
   label_hist: jax.Array  # [C] counts of this client's labels
   cohort_size: int       # K
   apply: Callable        # model apply (params, x) -> logits
+  batch: Callable        # step -> Batch: the client's minibatches (FedCurv's Fisher)
 
 
 class ServerContext(NamedTuple):
@@ -130,7 +131,8 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
   def client_update(params, payload, client_state, client, key):
     del key  # local randomness comes through client.batch
     ctx = ClientContext(params, payload, client_state, lr, client.num_steps,
-                        client.num_examples, client.label_hist, cohort_size, apply_fn)
+                        client.num_examples, client.label_hist, cohort_size, apply_fn,
+                        client.batch)
     return _client_update(ctx, client)
 
   def _client_update(ctx, client):

@@ -4,6 +4,10 @@ The pseudo-gradient is sum_i p_i delta_i with delta_i = theta_t - theta_i (a des
 direction), so `optax.sgd(server_lr)` gives FedAvg and momentum variants are ordinary optax
 chains.
 """
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
 import optax
 
 
@@ -19,3 +23,42 @@ def slowmo(beta, lr, server_lr=1.0):
   """
   return optax.chain(optax.scale(1.0 / lr), optax.trace(decay=beta),
                      optax.scale(-server_lr * lr))
+
+
+class AdaptiveState(NamedTuple):
+  m: optax.Updates
+  v: optax.Updates
+
+
+def adaptive(kind, lr, beta1=0.9, beta2=0.99, tau=1e-3):
+  """FedAdagrad / FedYogi / FedAdam (Reddi et al., 2021, Algorithm 2), no bias correction.
+
+  With g the pseudo-gradient (= -Delta_t of the paper):
+      m <- beta1 m + (1 - beta1) g
+      v <- v + g^2                                   (adagrad)
+      v <- v - (1 - beta2) g^2 sign(v - g^2)         (yogi)
+      v <- beta2 v + (1 - beta2) g^2                 (adam)
+      theta <- theta - lr m / (sqrt(v) + tau)
+  with m_{-1} = 0 and v_{-1} = tau^2 (the paper asks v_{-1} >= tau^2).
+  """
+  if kind not in ('adagrad', 'yogi', 'adam'):
+    raise ValueError(f'unknown adaptive server optimizer {kind}')
+
+  def init(params):
+    return AdaptiveState(jax.tree.map(jnp.zeros_like, params),
+                         jax.tree.map(lambda p: jnp.full_like(p, tau * tau), params))
+
+  def update(g, state, params=None):
+    del params
+    m = jax.tree.map(lambda m_, g_: beta1 * m_ + (1 - beta1) * g_, state.m, g)
+    if kind == 'adagrad':
+      v = jax.tree.map(lambda v_, g_: v_ + g_ * g_, state.v, g)
+    elif kind == 'yogi':
+      v = jax.tree.map(lambda v_, g_: v_ - (1 - beta2) * g_ * g_ * jnp.sign(v_ - g_ * g_),
+                       state.v, g)
+    else:
+      v = jax.tree.map(lambda v_, g_: beta2 * v_ + (1 - beta2) * g_ * g_, state.v, g)
+    updates = jax.tree.map(lambda m_, v_: -lr * m_ / (jnp.sqrt(v_) + tau), m, v)
+    return updates, AdaptiveState(m, v)
+
+  return optax.GradientTransformation(init, update)

@@ -1,0 +1,28 @@
+"""FedNTD (Lee et al., 2022): distil the global model on the not-true classes only.
+
+    L = CE + beta * mean_x KL(softmax(z_g[not y] / tau) || softmax(z[not y] / tau))
+
+where z[not y] keeps the C - 1 logits other than the true class's, for both the teacher (the
+received global model) and the student.
+"""
+import jax
+import jax.numpy as jnp
+
+from fedjax_drift.algorithms.distill import kd_loss
+from fedjax_drift.algorithms.parts import Part
+
+
+def not_true_logits(logits, labels):
+  """[B, C] -> [B, C-1]: drop each row's true-class logit, keeping the others' order."""
+  true = jax.nn.one_hot(labels, logits.shape[-1], dtype=jnp.int32)
+  order = jnp.argsort(true, axis=-1, stable=True)[:, :-1]  # not-true classes first
+  return jnp.take_along_axis(logits, order, axis=-1)
+
+
+def not_true_distillation(beta, temperature):
+  def loss(params, logits, batch, ctx):
+    del params
+    teacher = ctx.apply(ctx.global_params, batch.x)
+    return beta * kd_loss(not_true_logits(teacher, batch.y), not_true_logits(logits, batch.y),
+                          batch.mask, temperature)
+  return Part('ntd', loss=loss)

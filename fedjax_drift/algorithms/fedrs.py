@@ -1,0 +1,13 @@
+"""FedRS (Li & Zhan, 2021): restricted softmax. During local training, the logits of classes
+absent from the client's data are multiplied by alpha (alpha = 1 is FedAvg)."""
+import jax.numpy as jnp
+
+from fedjax_drift.algorithms.parts import Part
+
+
+def restricted_softmax(alpha):
+  def logits(z, batch, ctx):
+    del batch
+    scale = jnp.where(ctx.label_hist > 0, 1.0, alpha)
+    return z * scale
+  return Part('fedrs', logits=logits)
