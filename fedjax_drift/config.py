@@ -33,6 +33,8 @@ class Config:
   dirichlet_alpha: float = _f(0.5, 'dirichlet / dirichlet_client / quantity concentration')
   test_partition: str = _f('none', 'split the test set across clients like the train set',
                            ('none', 'like_train'))
+  cohort_sampler: str = _f('uniform', 'cohort sampling; cover_classes requires the cohort\'s '
+                           'labels to cover every class', ('uniform', 'cover_classes'))
   num_clients: int = _f(50, 'total number of clients N')
   clients_per_round: int = _f(10, 'cohort size K, sampled uniformly without replacement')
   # Local work.

@@ -95,6 +95,49 @@ def sample_cohort(key, num_clients, cohort_size):
   return jax.random.choice(key, num_clients, (cohort_size,), replace=False).astype(jnp.int32)
 
 
+def covers_all_classes(ids, label_hist):
+  present = jnp.any(label_hist > 0, axis=0)  # classes that exist in the federation
+  return jnp.all(jnp.any(label_hist[ids] > 0, axis=0) | ~present)
+
+
+def sample_covering_cohort(key, label_hist, cohort_size, max_tries=64):
+  """A uniform cohort conditioned on its labels covering every class (FedADC §IV-E).
+
+  Rejection sampling: up to `max_tries` uniform draws, keeping the first that covers all
+  classes (exactly uniform over covering cohorts). If none does, a randomised greedy cover:
+  each pick takes, at random among the clients adding the most uncovered classes, one client.
+  """
+  num_clients = label_hist.shape[0]
+
+  def draw(i):
+    return sample_cohort(jax.random.fold_in(key, i), num_clients, cohort_size)
+
+  def cond(carry):
+    i, ids = carry
+    return (i < max_tries) & ~covers_all_classes(ids, label_hist)
+
+  tries, ids = jax.lax.while_loop(cond, lambda c: (c[0] + 1, draw(c[0] + 1)), (0, draw(0)))
+
+  def greedy(_):
+    has = label_hist > 0
+
+    def pick(j, carry):
+      chosen, covered = carry
+      gain = jnp.sum(has & ~covered[None, :], axis=1).astype(jnp.float32)
+      noise = jax.random.uniform(jax.random.fold_in(key, 1000 + j), (num_clients,))
+      taken = jnp.zeros(num_clients, bool).at[chosen].set(jnp.arange(cohort_size) < j)
+      score = jnp.where(taken, -1.0, gain + noise)  # noise < 1 breaks ties only
+      c = jnp.argmax(score).astype(jnp.int32)
+      return chosen.at[j].set(c), covered | has[c]
+
+    chosen, _ = jax.lax.fori_loop(0, cohort_size, pick,
+                                  (jnp.zeros(cohort_size, jnp.int32),
+                                   jnp.zeros(label_hist.shape[1], bool)))
+    return chosen
+
+  return jax.lax.cond(covers_all_classes(ids, label_hist), lambda _: ids, greedy, None)
+
+
 def _gather(tree, ids):
   return jax.tree.map(lambda a: a[ids], tree)
 
@@ -127,13 +170,17 @@ def drift_diagnostics(deltas, losses, weights):
 
 
 def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: int,
-               cohort_size: int, weighting: str = 'examples', chunk: int = 1):
+               cohort_size: int, weighting: str = 'examples', chunk: int = 1,
+               sampler: str = 'uniform'):
   """Returns round_fn(state, data) -> (state, metrics), pure and jittable."""
 
   def round_fn(state: ServerState, data: FederatedData):
     num_clients = data.client_count.shape[0]
     rkey = jax.random.fold_in(state.key, state.round)
-    ids = sample_cohort(jax.random.fold_in(rkey, 0), num_clients, cohort_size)
+    if sampler == 'cover_classes':
+      ids = sample_covering_cohort(jax.random.fold_in(rkey, 0), data.label_hist, cohort_size)
+    else:
+      ids = sample_cohort(jax.random.fold_in(rkey, 0), num_clients, cohort_size)
     client_key = jax.random.fold_in(rkey, 1)
     payload = algo.broadcast(state.params, state.server)
     old_states = _gather(state.clients, ids)

@@ -50,6 +50,8 @@ def prepare(config: Config) -> Experiment:
   if config.test_partition == 'like_train':
     test_parts = partitions.partition_like(train_parts, dataset.y_train, dataset.y_test,
                                            config.seed, dataset.num_classes)
+  if config.cohort_sampler == 'cover_classes':
+    _check_cover_possible(config, dataset, train_parts)
   model = models.get(config.model, dataset.num_classes, dataset.x_train.shape[1:], config.init)
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
@@ -63,9 +65,23 @@ def prepare(config: Config) -> Experiment:
   params = model.init(jax.random.fold_in(run_key, 0))
   state = engine.init_state(algo, params, num_clients, jax.random.fold_in(run_key, 1))
   round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
-                               algorithms.weighting(config), chunk)
+                               algorithms.weighting(config), chunk, config.cohort_sampler)
   return Experiment(config, dataset, train_parts, test_parts, model, algo, data, state,
                     round_fn, schedule, max_local_steps, chunk, strategy, server_data)
+
+
+def _check_cover_possible(config, dataset, parts):
+  """A greedy set cover must fit in K clients, or cover_classes cannot hold."""
+  has = [set(np.unique(dataset.y_train[p]).tolist()) for p in parts]
+  uncovered, used = set().union(*has), 0
+  while uncovered and used < config.clients_per_round:
+    best = max(has, key=lambda h: len(h & uncovered))
+    uncovered -= best
+    used += 1
+  if uncovered:
+    raise UserError(f'--cohort_sampler=cover_classes: {config.clients_per_round} clients per '
+                    f'round cannot cover all classes of --partition={config.partition}; raise '
+                    '--clients_per_round')
 
 
 def _hold_out_validation(config, dataset):

@@ -91,3 +91,37 @@ def test_cohort_sampling_without_replacement():
   for seed in range(20):
     ids = np.asarray(engine.sample_cohort(jax.random.key(seed), 30, 12))
     assert len(set(ids.tolist())) == 12 and ids.min() >= 0 and ids.max() < 30
+
+
+def test_cover_classes_sampler_covers_and_varies():
+  rng = np.random.default_rng(0)
+  # 20 clients with 2 labels each out of 10 (shards-like): K=5 needs an exact cover.
+  hist = np.zeros((20, 10), np.float32)
+  for i in range(20):
+    hist[i, [(2 * i) % 10, (2 * i + 1) % 10]] = rng.integers(1, 9, 2)
+  hist = jax.numpy.asarray(hist)
+  sample = jax.jit(engine.sample_covering_cohort, static_argnums=2)  # eager loops are slow
+  cohorts = set()
+  for seed in range(30):
+    ids = np.asarray(sample(jax.random.key(seed), hist, 5))
+    assert len(set(ids.tolist())) == 5
+    assert np.all(np.asarray(hist)[ids].sum(axis=0) > 0), ids
+    cohorts.add(tuple(sorted(ids.tolist())))
+  assert len(cohorts) > 5  # random, not one fixed cover
+  # With a loose requirement the rejection path is uniform: every client shows up.
+  hist_rich = jax.numpy.ones((12, 3))
+  seen = set()
+  for seed in range(40):
+    seen |= set(np.asarray(sample(jax.random.key(seed), hist_rich, 3)).tolist())
+  assert seen == set(range(12))
+
+
+def test_cover_classes_end_to_end_and_refusal(tiny_npz, unequal_partition):
+  exp = fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, clients_per_round=2,
+                                         cohort_sampler='cover_classes'))
+  state, _ = one_round(exp)
+  assert int(state.round) == 1
+  with pytest.raises(fedjax_drift.UserError, match='cover_classes'):
+    fedjax_drift.prepare(fedjax_drift.Config(
+        model='mlp', partition='shards', classes_per_client=1, num_clients=20,
+        clients_per_round=5, cohort_sampler='cover_classes', progress=False))
