@@ -75,6 +75,9 @@ class Config:
   ntd_beta: float = _f(0.3, 'FedNTD beta')
   ntd_temperature: float = _f(1.0, 'FedNTD temperature tau')
   rs_alpha: float = _f(0.5, 'FedRS: scale of absent classes\' logits (1 = FedAvg)')
+  moon_mu: float = _f(1.0, 'MOON contrastive weight mu')
+  moon_temperature: float = _f(0.5, 'MOON temperature tau')
+  moon_projection_dim: int = _f(256, 'MOON projection head width')
   server_optimizer: str = _f('', 'override the server optimizer: avg, slowmo, adam, yogi, '
                              'adagrad')
   server_beta1: float = _f(0.9, 'FedAdam/FedYogi/FedAdagrad first-moment decay')
@@ -85,6 +88,11 @@ class Config:
                         'gkd_vote, igfl_c, prox, scaffold, dyn, curv, ntd, rs')
   aggregator: str = _f('', 'override the aggregator: mean, attention_self, attention_global, '
                        'attention_time')
+  # Personalisation after training (FedADC §IV-D).
+  personalize: str = _f('none', 'calibrate: each client fine-tunes the last layer on its data',
+                        ('none', 'calibrate'))
+  personalize_epochs: int = _f(2, 'local epochs of classifier calibration')
+  personalize_term: str = _f('none', 'extra calibration term', ('none', 'prox', 'self_kd'))
   # Execution.
   seed: int = _f(0, 'run seed: partition, init, cohorts and batches derive from it')
   client_parallelism: str = _f('auto', 'how cohort clients run inside the compiled round',
@@ -113,7 +121,8 @@ class Config:
       value = getattr(self, name)
       if not (math.isfinite(value) and value > 0):
         raise UserError(f'--{name}={value} must be a finite number > 0')
-    for name in ('kd_temperature', 'attention_temperature', 'ntd_temperature', 'server_tau'):
+    for name in ('kd_temperature', 'attention_temperature', 'ntd_temperature', 'server_tau',
+                 'moon_temperature'):
       value = getattr(self, name)
       if not value > 0:
         raise UserError(f'--{name}={value} must be > 0')
@@ -127,10 +136,12 @@ class Config:
       if not (value == -1 or 0 <= value <= 1):
         raise UserError(f'--{name}={value} must be in [0, 1] (or -1 for --beta)')
     for name in ('for_alpha', 'gkd_gamma', 'vote_lambda', 'igfl_group', 'prox_mu', 'dyn_alpha',
-                 'curv_lambda', 'ntd_beta'):
+                 'curv_lambda', 'ntd_beta', 'moon_mu'):
       value = getattr(self, name)
       if not (math.isfinite(value) and value >= 0):
         raise UserError(f'--{name}={value} must be a finite number >= 0')
+    if self.moon_projection_dim < 1:
+      raise UserError(f'--moon_projection_dim={self.moon_projection_dim} must be >= 1')
     if self.gkd_buffer < 1:
       raise UserError(f'--gkd_buffer={self.gkd_buffer} must be >= 1')
     if self.vote_val_size < 1:
@@ -159,6 +170,11 @@ class Config:
       if choices and getattr(self, f.name) not in choices:
         raise UserError(f'--{f.name}={getattr(self, f.name)} is not one of '
                         f'{", ".join(choices)}')
+    if self.personalize == 'calibrate' and self.test_partition != 'like_train':
+      raise UserError('--personalize=calibrate needs a per-client test split: add '
+                      '--test_partition=like_train')
+    if self.personalize_epochs < 1:
+      raise UserError(f'--personalize_epochs={self.personalize_epochs} must be >= 1')
     if self.save_params and not self.save_params.endswith('.npz'):
       raise UserError(f'--save_params={self.save_params} must end in .npz')
     return self

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import algorithms, engine, metrics, models, report
+from fedjax_drift import algorithms, engine, metrics, models, personalize, report
 from fedjax_drift.config import Config
 from fedjax_drift.data import federated, partitions, sources
 from fedjax_drift.errors import UserError
@@ -52,7 +52,8 @@ def prepare(config: Config) -> Experiment:
                                            config.seed, dataset.num_classes)
   if config.cohort_sampler == 'cover_classes':
     _check_cover_possible(config, dataset, train_parts)
-  model = models.get(config.model, dataset.num_classes, dataset.x_train.shape[1:], config.init)
+  model = models.get(config.model, dataset.num_classes, dataset.x_train.shape[1:], config.init,
+                     algorithms.projection_dim(config))
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
   counts = np.array([len(p) for p in train_parts])
@@ -137,8 +138,10 @@ def run(config: Config, log=print) -> dict:
   log(f'client parallelism: chunk={exp.chunk} of K={cfg.clients_per_round} '
       f'({"sequential" if exp.chunk == 1 else "vmap" if exp.chunk >= cfg.clients_per_round else "chunked"}'
       f'; {exp.strategy}); backend={jax.default_backend()}, devices={jax.device_count()}')
+  n_clients = len(exp.train_parts)
   log(f'local work: up to {exp.max_local_steps} steps per client per round; per-client state '
-      f'{client_state_bytes:,} bytes in all; run directory {run_dir}')
+      f'{n_clients} clients x {client_state_bytes // max(n_clients, 1):,} bytes = '
+      f'{client_state_bytes:,} bytes; run directory {run_dir}')
 
   resolved = dataclasses.asdict(cfg)
   resolved.update(out=run_dir, _resolved={
@@ -215,6 +218,8 @@ def run(config: Config, log=print) -> dict:
       'per_client_state_bytes': client_state_bytes,
       'run_dir': run_dir,
   })
+  if cfg.personalize == 'calibrate':
+    summary['personalization'] = _personalize(exp, state.params, run_dir, log)
   report.write_json(os.path.join(run_dir, 'summary.json'), summary)
   report.plot_accuracy(os.path.join(run_dir, 'accuracy.png'), rounds, accs,
                        metrics.best_so_far(accs), f'{cfg.algo} on {ds.name} ({cfg.partition})')
@@ -227,6 +232,26 @@ def run(config: Config, log=print) -> dict:
       f'{cfg.target_accuracy:.0%}: {summary["rounds_to_target"]}, {wall:.1f}s '
       f'-> {run_dir}')
   return summary
+
+
+def _personalize(exp, params, run_dir, log):
+  cfg, ds = exp.config, exp.dataset
+  test = federated.build(ds.x_test, ds.y_test, exp.test_parts, ds.num_classes)
+  schedule = engine.Schedule(cfg.batch_size, 0, cfg.personalize_epochs)
+  term = None if cfg.personalize_term == 'none' else cfg.personalize_term
+  before, after, num_test = personalize.calibrate(
+      exp.model, params, exp.data, test, schedule, cfg.lr, term, cfg.prox_mu, cfg.kd_lambda,
+      cfg.kd_temperature, cfg.seed, exp.chunk)
+  report.write_csv(os.path.join(run_dir, 'personalization.csv'),
+                   [{'client': i, 'num_test': int(n), 'global_model_accuracy': float(b),
+                     'calibrated_accuracy': float(a)}
+                    for i, (b, a, n) in enumerate(zip(before, after, num_test))])
+  result = personalize.summarize(before, after, num_test)
+  log(f'personalisation: per-client accuracy {result["global_model_mean_accuracy"]:.4f} '
+      f'+- {result["global_model_std_accuracy"]:.4f} (global model) -> '
+      f'{result["calibrated_mean_accuracy"]:.4f} +- {result["calibrated_std_accuracy"]:.4f} '
+      f'(calibrated) over {result["clients_evaluated"]} clients')
+  return result
 
 
 def save_params(path, params):

@@ -12,7 +12,8 @@ import dataclasses
 from typing import NamedTuple
 
 from fedjax_drift.algorithms import (fedadc, fedcurv, feddyn, fedfor, fedgkd, fedntd, fedprox,
-                                     fedrs, igfl, local, scaffold, server_optimizers)
+                                     fedrs, igfl, local, moon, scaffold,
+                                     server_optimizers)
 from fedjax_drift.algorithms.parts import compose
 from fedjax_drift.errors import UserError
 
@@ -45,6 +46,7 @@ RECIPES = {
     'fedcurv': Recipe(('curv',), summary='EWC penalty with client Fishers'),
     'fedntd': Recipe(('ntd',), summary='not-true distillation'),
     'fedrs': Recipe(('rs',), summary='restricted softmax'),
+    'moon': Recipe(('moon',), summary='model-contrastive term on a projection head'),
     'fedadam': Recipe(server='adam', weighting='uniform', summary='adaptive server (Adam)'),
     'fedyogi': Recipe(server='yogi', weighting='uniform', summary='adaptive server (Yogi)'),
     'fedadagrad': Recipe(server='adagrad', weighting='uniform',
@@ -52,7 +54,7 @@ RECIPES = {
 }
 NAMES = tuple(RECIPES)
 LOCAL_TERMS = ('fedadc', 'self_kd', 'for', 'gkd', 'gkd_vote', 'igfl_c', 'prox', 'scaffold',
-               'dyn', 'curv', 'ntd', 'rs')
+               'dyn', 'curv', 'ntd', 'rs', 'moon')
 AGGREGATORS = ('mean', 'attention_self', 'attention_global', 'attention_time')
 SERVER_OPTIMIZERS = ('avg', 'slowmo', 'adam', 'yogi', 'adagrad')
 
@@ -104,6 +106,11 @@ def weighting(config) -> str:
   return recipe(config).weighting if config.weighting == 'auto' else config.weighting
 
 
+def projection_dim(config):
+  """MOON's projection head width, or 0 when no part needs one."""
+  return config.moon_projection_dim if 'moon' in recipe(config).parts else 0
+
+
 def needs_validation(config):
   """Whether the server holds out a validation split (FedGKD-Vote)."""
   return 'gkd_vote' in recipe(config).parts
@@ -138,6 +145,8 @@ def _part(name, c, model, server_data, parts):
     return fedntd.not_true_distillation(c.ntd_beta, c.ntd_temperature)
   if name == 'rs':
     return fedrs.restricted_softmax(c.rs_alpha)
+  if name == 'moon':
+    return moon.contrastive_term(c.moon_mu, c.moon_temperature, model.features)
   if name.startswith('attention_'):
     return igfl.attention(name[len('attention_'):], c.attention_similarity,
                           c.attention_temperature, 'igfl_c' if 'igfl_c' in parts else None)

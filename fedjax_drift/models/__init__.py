@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift.errors import UserError
-from fedjax_drift.models.zoo import MODELS
+from fedjax_drift.models.zoo import MODELS, WithProjection
 
 
 class Model(NamedTuple):
@@ -16,10 +16,14 @@ class Model(NamedTuple):
   init: Callable[[jax.Array], Any]           # key -> params
   apply: Callable[[Any, jax.Array], jax.Array]  # (params, x float32) -> logits
   input_shape: tuple
+  features: Callable = None  # (params, x) -> (logits, representation); the projection if any
 
 
-def get(name, num_classes, input_shape, init='default'):
-  """Builds model `name` for inputs of `input_shape` (one example, no batch axis)."""
+def get(name, num_classes, input_shape, init='default', projection_dim=0):
+  """Builds model `name` for inputs of `input_shape` (one example, no batch axis).
+
+  projection_dim > 0 adds MOON's projection head; `features` then returns its output.
+  """
   if name not in MODELS:
     raise UserError(f'--model={name} is unknown; use one of {", ".join(MODELS)}')
   if init not in ('default', 'zeros'):
@@ -28,9 +32,12 @@ def get(name, num_classes, input_shape, init='default'):
   if family == 'conv' and len(input_shape) != 3:
     raise UserError(f'--model={name} needs images [H, W, C]; the data has shape {input_shape}')
   module = ctor(num_classes)
+  if projection_dim:
+    module = WithProjection(module, projection_dim)
 
   def init_fn(key):
-    params = module.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32))['params']
+    params = module.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32),
+                         return_features=True)['params']
     if init == 'zeros':
       params = jax.tree.map(jnp.zeros_like, params)
     return params
@@ -38,7 +45,10 @@ def get(name, num_classes, input_shape, init='default'):
   def apply_fn(params, x):
     return module.apply({'params': params}, x)
 
-  return Model(name, family, init_fn, apply_fn, tuple(input_shape))
+  def features_fn(params, x):
+    return module.apply({'params': params}, x, return_features=True)
+
+  return Model(name, family, init_fn, apply_fn, tuple(input_shape), features_fn)
 
 
 def num_params(params):

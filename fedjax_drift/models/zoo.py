@@ -16,8 +16,10 @@ class LogReg(nn.Module):
   num_classes: int
 
   @nn.compact
-  def __call__(self, x):
-    return nn.Dense(self.num_classes, name='dense')(x.reshape(x.shape[0], -1))
+  def __call__(self, x, return_features=False):
+    h = x.reshape(x.shape[0], -1)
+    logits = nn.Dense(self.num_classes, name='dense')(h)
+    return (logits, h) if return_features else logits
 
 
 class MLP(nn.Module):
@@ -26,11 +28,12 @@ class MLP(nn.Module):
   hidden: Sequence[int] = (200, 200)
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, return_features=False):
     x = x.reshape(x.shape[0], -1)
     for i, h in enumerate(self.hidden):
       x = nn.relu(nn.Dense(h, name=f'dense{i}')(x))
-    return nn.Dense(self.num_classes, name='head')(x)
+    logits = nn.Dense(self.num_classes, name='head')(x)
+    return (logits, x) if return_features else logits
 
 
 class CNNMnist(nn.Module):
@@ -38,11 +41,12 @@ class CNNMnist(nn.Module):
   num_classes: int
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, return_features=False):
     x = ConvReluPool(32, 5, name='conv1')(x)
     x = ConvReluPool(64, 5, name='conv2')(x)
     x = nn.relu(nn.Dense(512, name='fc1')(x.reshape(x.shape[0], -1)))
-    return nn.Dense(self.num_classes, name='head')(x)
+    logits = nn.Dense(self.num_classes, name='head')(x)
+    return (logits, x) if return_features else logits
 
 
 class CNNCifar(nn.Module):
@@ -54,7 +58,7 @@ class CNNCifar(nn.Module):
   num_classes: int
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, return_features=False):
     x = nn.relu(Conv(32, 3, name='conv1')(x))
     x = ConvReluPool(32, 3, name='conv2')(x)
     x = nn.relu(Conv(64, 3, name='conv3')(x))
@@ -62,7 +66,8 @@ class CNNCifar(nn.Module):
     x = x.reshape(x.shape[0], -1)
     for i, h in enumerate((512, 256, 128)):
       x = nn.relu(nn.Dense(h, name=f'fc{i + 1}')(x))
-    return nn.Dense(self.num_classes, name='head')(x)
+    logits = nn.Dense(self.num_classes, name='head')(x)
+    return (logits, x) if return_features else logits
 
 
 def _group_norm(name, channels):
@@ -95,14 +100,30 @@ class ResNet(nn.Module):
   widths: Sequence[int]
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, return_features=False):
     x = Conv(self.widths[0], 3, use_bias=False, name='stem')(x)
     x = nn.relu(_group_norm('gn_stem', self.widths[0])(x))
     for s, (blocks, width) in enumerate(zip(self.stage_sizes, self.widths)):
       for b in range(blocks):
         x = BasicBlock(width, 2 if (b == 0 and s > 0) else 1, name=f'stage{s}_block{b}')(x)
     x = jnp.mean(x, axis=(1, 2))
-    return nn.Dense(self.num_classes, name='head')(x)
+    logits = nn.Dense(self.num_classes, name='head')(x)
+    return (logits, x) if return_features else logits
+
+
+class WithProjection(nn.Module):
+  """A model plus MOON's projection head: a 2-layer MLP on the penultimate features."""
+  base: nn.Module
+  dim: int = 256
+
+  @nn.compact
+  def __call__(self, x, return_features=False):
+    logits, h = self.base(x, return_features=True)
+    if not return_features:
+      return logits
+    z = nn.Dense(self.dim, name='projection_dense1')(h)
+    z = nn.Dense(self.dim, name='projection_dense2')(nn.relu(z))
+    return logits, z
 
 
 def resnet8(num_classes):  # FedGKD's ResNet-8: 3 stages of one block
@@ -128,4 +149,4 @@ MODELS = {
     'resnet20': (resnet20, 'conv'),
 }
 
-__all__ = ['MODELS', 'max_pool_2x2']
+__all__ = ['MODELS', 'WithProjection', 'max_pool_2x2']
