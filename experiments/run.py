@@ -24,14 +24,17 @@ class _Parser(argparse.ArgumentParser):
     sys.exit(2)
 
 
-def build_parser(config_cls):
+def build_parser(config_cls, suppress_defaults=False):
   parser = _Parser(description='Simulate federated learning under non-IID data.',
-                   allow_abbrev=False)
+                   allow_abbrev=False,
+                   argument_default=argparse.SUPPRESS if suppress_defaults else None)
   hints = typing.get_type_hints(config_cls)
   for f in dataclasses.fields(config_cls):
     kind = hints[f.name]
     kind = _bool if kind is bool else kind
-    kwargs = dict(type=kind, default=f.default, help=f.metadata.get('help', ''))
+    kwargs = dict(type=kind, help=f.metadata.get('help', ''))
+    if not suppress_defaults:
+      kwargs['default'] = f.default
     if kind is _bool:
       kwargs.update(nargs='?', const=True)
     parser.add_argument(f'--{f.name}', **kwargs)
@@ -43,7 +46,17 @@ def main(argv=None):
   import fedjax_drift  # pylint: disable=g-import-not-at-top
   args = build_parser(fedjax_drift.Config).parse_args(argv)
   try:
-    fedjax_drift.run(fedjax_drift.Config(**vars(args)))
+    if args.resume:
+      # Only the flags given on this command line; the rest come from the run's config.json.
+      given = vars(build_parser(fedjax_drift.Config, suppress_defaults=True).parse_args(argv))
+      if not args.out:
+        raise fedjax_drift.UserError('--resume needs --out=RUN_DIR, the run to continue')
+      fedjax_drift.resume(args.out, **given)
+    else:
+      fedjax_drift.run(fedjax_drift.Config(**vars(args)))
+  except fedjax_drift.errors.DivergenceError as e:
+    sys.stderr.write(f'error: {e}\n')
+    return 3
   except fedjax_drift.UserError as e:
     sys.stderr.write(f'error: {e}\n')
     return 2

@@ -104,6 +104,10 @@ class Config:
   target_accuracy: float = _f(0.7, 'report the first round reaching this test accuracy')
   out: str = _f('', 'run directory (default: runs/<algo>-<dataset>-<partition>-s<seed>-<time>)')
   overwrite: bool = _f(False, 'allow writing into an existing run directory')
+  checkpoint_every: int = _f(0, 'save the state pytree every this many rounds (0 = at every '
+                             'evaluation)')
+  keep_checkpoints: int = _f(2, 'checkpoints kept in RUN_DIR/checkpoints')
+  resume: bool = _f(False, 'continue the run in --out from its latest checkpoint')
   save_params: str = _f('', 'write the final global parameters to this .npz')
   progress: bool = _f(True, 'show a progress bar')
 
@@ -113,7 +117,11 @@ class Config:
     for name in positive:
       if getattr(self, name) < 1:
         raise UserError(f'--{name}={getattr(self, name)} must be >= 1')
-    for name in ('local_steps', 'local_epochs', 'batch_size', 'cohort_chunk',
+    if self.keep_checkpoints < 1:
+      raise UserError(f'--keep_checkpoints={self.keep_checkpoints} must be >= 1')
+    if self.resume and not self.out:
+      raise UserError('--resume needs --out=RUN_DIR, the run to continue')
+    for name in ('local_steps', 'local_epochs', 'batch_size', 'cohort_chunk', 'checkpoint_every',
                  'classes_per_client'):
       if getattr(self, name) < 0:
         raise UserError(f'--{name}={getattr(self, name)} must be >= 0')

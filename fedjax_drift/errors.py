@@ -7,3 +7,7 @@ The CLI prints its message as one line and exits with code 2; the library raises
 
 class UserError(ValueError):
   """A bad flag, file or combination, with a message that names it."""
+
+
+class DivergenceError(UserError):
+  """Training produced a non-finite model or update; the message names the round."""

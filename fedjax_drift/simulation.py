@@ -1,6 +1,8 @@
 """`run(config)`: data -> partition -> model -> algorithm -> compiled segments -> run directory."""
 import dataclasses
+import json
 import os
+import shutil
 import sys
 import time
 from typing import Any, NamedTuple
@@ -10,9 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift import algorithms, engine, metrics, models, personalize, report
+from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
+from fedjax_drift.config import from_dict as config_from_dict
 from fedjax_drift.data import federated, partitions, sources
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import DivergenceError, UserError
 from fedjax_drift.state import ServerState
 
 
@@ -120,14 +124,26 @@ def _progress(total, enabled):
 
 
 def run(config: Config, log=print) -> dict:
-  """Runs one experiment end to end and returns its summary (also in summary.json)."""
+  """Runs one experiment end to end and returns its summary (also in summary.json).
+
+  With config.resume, continues the run in config.out from its latest checkpoint.
+  """
   config.validate()
   run_dir = config.run_dir(time.strftime('%Y%m%d-%H%M%S'))
-  if os.path.exists(run_dir) and os.listdir(run_dir) and not config.overwrite:
+  if config.resume:
+    if not os.path.exists(os.path.join(run_dir, 'config.json')):
+      raise UserError(f'--resume: {run_dir} holds no run (no config.json)')
+  elif os.path.exists(run_dir) and os.listdir(run_dir) and not config.overwrite:
     raise UserError(f'--out={run_dir} already exists; pass --overwrite to replace it')
   exp = prepare(config)
   cfg, ds = exp.config, exp.dataset
+  if not config.resume and os.path.exists(run_dir) and config.overwrite:
+    shutil.rmtree(run_dir)
   os.makedirs(run_dir, exist_ok=True)
+  checkpointer = Checkpointer(run_dir, cfg.keep_checkpoints)
+  resuming = config.resume and checkpointer.latest_round() is not None
+  if config.resume and not resuming:
+    log(f'{run_dir} has no checkpoint yet: starting it from round 0')
 
   num_params = models.num_params(exp.state.params)
   comm = exp.algo.communication(exp.state.params)
@@ -144,28 +160,43 @@ def run(config: Config, log=print) -> dict:
       f'{client_state_bytes:,} bytes; run directory {run_dir}')
 
   resolved = dataclasses.asdict(cfg)
-  resolved.update(out=run_dir, _resolved={
+  resolved.update(out=run_dir, resume=False, _resolved={
       'num_classes': ds.num_classes, 'input_shape': list(ds.x_train.shape[1:]),
-      'num_clients': len(exp.train_parts), 'max_local_steps': exp.max_local_steps,
+      'num_clients': n_clients, 'max_local_steps': exp.max_local_steps,
       'cohort_chunk': exp.chunk, 'strategy': exp.strategy, 'num_params': num_params,
       'weighting': algorithms.weighting(cfg),
       'backend': jax.default_backend(), 'jax_version': jax.__version__})
   report.write_json(os.path.join(run_dir, 'config.json'), resolved)
-  hist = np.asarray(exp.data.label_hist)
-  report.plot_partition(os.path.join(run_dir, 'partition.png'), hist,
-                        f'{cfg.partition} partition of {ds.name}')
+  if not resuming:
+    report.plot_partition(os.path.join(run_dir, 'partition.png'),
+                          np.asarray(exp.data.label_hist), f'{cfg.partition} partition of {ds.name}')
 
   evaluate = engine.make_evaluator(exp.model.apply, cfg.eval_batch_size)
   x_test, y_test = jnp.asarray(ds.x_test), jnp.asarray(ds.y_test)
   segment = engine.make_segment(exp.round_fn, cfg.eval_every)
+  checkpoint_every = cfg.checkpoint_every or cfg.eval_every
 
-  state, data = exp.state, exp.data
-  eval_rows, round_rows = [], []
-  loss0, acc0 = evaluate(state.params, x_test, y_test)
-  eval_rows.append({'round': 0, 'test_accuracy': float(acc0), 'test_loss': float(loss0),
-                    'best_accuracy': float(acc0), 'elapsed_s': 0.0})
+  if resuming:
+    state, history = checkpointer.restore(exp.state)
+    eval_rows, round_rows = history['eval_rows'], history['round_rows']
+    log(f'resumed from the checkpoint at round {int(state.round)}')
+  else:
+    state, eval_rows, round_rows = exp.state, [], []
+    loss0, acc0 = evaluate(state.params, x_test, y_test)
+    eval_rows.append({'round': 0, 'test_accuracy': float(acc0), 'test_loss': float(loss0),
+                      'best_accuracy': float(acc0), 'elapsed_s': 0.0})
+  data, done = exp.data, int(state.round)
+  last_checkpoint = done
+  elapsed0 = eval_rows[-1]['elapsed_s']
+
+  def write_metrics():
+    report.write_csv(os.path.join(run_dir, 'metrics.csv'), eval_rows)
+    report.write_csv(os.path.join(run_dir, 'rounds.csv'), round_rows)
+
   bar = _progress(cfg.rounds, cfg.progress)
-  t_start, compile_s, done = time.perf_counter(), None, 0
+  if bar is not None:
+    bar.update(min(done, cfg.rounds))
+  t_start, compile_s, rounds_run = time.perf_counter(), None, 0
   while done < cfg.rounds:
     n = min(cfg.eval_every, cfg.rounds - done)
     t0 = time.perf_counter()
@@ -173,46 +204,51 @@ def run(config: Config, log=print) -> dict:
     seg_metrics = jax.device_get(seg_metrics)
     if compile_s is None:
       compile_s = time.perf_counter() - t0  # first segment: compile + run
-    for i in range(n):
-      round_rows.append({'round': done + i + 1,
-                         **{k: float(v[i]) for k, v in seg_metrics.items()
-                            if k not in ('finite', 'bad_client')}})
     bad = np.flatnonzero(~np.asarray(seg_metrics['finite'][:n], bool))
     if bad.size:
       r = done + int(bad[0]) + 1
       client = int(seg_metrics['bad_client'][bad[0]])
       where = f', first at client {client}' if client >= 0 else ''
-      report.write_csv(os.path.join(run_dir, 'rounds.csv'), round_rows)
-      report.write_csv(os.path.join(run_dir, 'metrics.csv'), eval_rows)
-      raise UserError(f'diverged: non-finite global model or client update in round {r}{where}; '
-                      f'lower --lr (now {cfg.lr}) or check the data')
+      write_metrics()
+      raise DivergenceError(
+          f'diverged: non-finite global model or client update in round {r}{where}; the last '
+          f'good checkpoint (round {last_checkpoint}) is in {checkpointer.directory}; lower '
+          f'--lr (now {cfg.lr}) or check the data')
+    for i in range(n):
+      round_rows.append({'round': done + i + 1,
+                         **{k: float(v[i]) for k, v in seg_metrics.items()
+                            if k not in ('finite', 'bad_client')}})
     done += n
+    rounds_run += n
     loss, acc = evaluate(state.params, x_test, y_test)
     eval_rows.append({'round': done, 'test_accuracy': float(acc), 'test_loss': float(loss),
                       'best_accuracy': max(float(acc), eval_rows[-1]['best_accuracy']),
-                      'elapsed_s': time.perf_counter() - t_start})
+                      'elapsed_s': elapsed0 + time.perf_counter() - t_start})
+    write_metrics()
+    if done // checkpoint_every > last_checkpoint // checkpoint_every or done == cfg.rounds:
+      checkpointer.save(state, {'eval_rows': eval_rows, 'round_rows': round_rows})
+      last_checkpoint = done
     if bar is not None:
       bar.update(n)
       bar.set_postfix(acc=f'{float(acc):.4f}', best=f'{eval_rows[-1]["best_accuracy"]:.4f}')
   if bar is not None:
     bar.close()
+  checkpointer.close()
   wall = time.perf_counter() - t_start
-  report.write_csv(os.path.join(run_dir, 'metrics.csv'), eval_rows)
-  report.write_csv(os.path.join(run_dir, 'rounds.csv'), round_rows)
 
   rounds = [r['round'] for r in eval_rows]
   accs = [r['test_accuracy'] for r in eval_rows]
   summary = metrics.summarize(rounds, accs, [r['test_loss'] for r in eval_rows], cfg.rounds,
                               cfg.target_accuracy)
-  steady = wall - compile_s
+  steady = wall - (compile_s or 0.0)
+  first = min(cfg.eval_every, rounds_run)
   summary.update({
       'algo': cfg.algo, 'dataset': ds.name, 'rounds': cfg.rounds,
       'communication_floats_per_client': comm,
       'communication_floats_per_round': {k: v * cfg.clients_per_round for k, v in comm.items()},
       'wall_time_s': wall, 'first_segment_s': compile_s,
-      'rounds_per_s_after_first_segment': ((cfg.rounds - min(cfg.eval_every, cfg.rounds)) / steady
-                                           if steady > 0 and cfg.rounds > cfg.eval_every
-                                           else None),
+      'rounds_per_s_after_first_segment': ((rounds_run - first) / steady
+                                           if steady > 0 and rounds_run > first else None),
       'segment_compilations': segment._cache_size(),  # pylint: disable=protected-access
       'cohort_chunk': exp.chunk, 'strategy': exp.strategy,
       'per_client_state_bytes': client_state_bytes,
@@ -232,6 +268,27 @@ def run(config: Config, log=print) -> dict:
       f'{cfg.target_accuracy:.0%}: {summary["rounds_to_target"]}, {wall:.1f}s '
       f'-> {run_dir}')
   return summary
+
+
+RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out')
+
+
+def resume(run_dir, **overrides) -> dict:
+  """Continues the run in `run_dir` as configured; only RESUME_OVERRIDES may change."""
+  path = os.path.join(run_dir, 'config.json')
+  if not os.path.exists(path):
+    raise UserError(f'--resume: {run_dir} holds no run (no config.json)')
+  with open(path) as f:
+    saved = json.load(f)
+  saved.pop('_resolved', None)
+  for name, value in overrides.items():
+    if name not in RESUME_OVERRIDES and saved.get(name) != value:
+      raise UserError(f'--resume continues {run_dir} as configured; --{name} cannot change '
+                      f'(saved {saved.get(name)!r}); only --rounds, --progress and '
+                      '--save_params may')
+  allowed = {k: v for k, v in overrides.items() if k in RESUME_OVERRIDES}
+  config = config_from_dict({**saved, **allowed, 'resume': True, 'out': run_dir})
+  return run(config)
 
 
 def _personalize(exp, params, run_dir, log):

@@ -205,7 +205,13 @@ def validate(name, x_train, y_train, x_test, y_test):
   y_train, y_test = y_train.astype(np.int64), y_test.astype(np.int64)
   if y_train.min() < 0 or y_test.min() < 0:
     raise UserError(f'{name}: labels must be >= 0')
-  num_classes = int(max(y_train.max(), y_test.max())) + 1
+  num_classes = int(y_train.max()) + 1
+  if y_test.max() >= num_classes:
+    raise UserError(f'{name}: y_test holds label {int(y_test.max())}, outside the training '
+                    f'labels 0..{num_classes - 1}')
+  if num_classes > 100_000:
+    raise UserError(f'{name}: labels go up to {num_classes - 1}; expected class indices '
+                    '0..C-1')
   if num_classes < 2:
     raise UserError(f'{name}: need at least 2 classes, found {num_classes}')
   if x_train.dtype != np.uint8:
