@@ -98,6 +98,7 @@ class Config:
   client_parallelism: str = _f('auto', 'how cohort clients run inside the compiled round',
                                ('auto', 'vmap', 'sequential'))
   cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism')
+  devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)')
   # Evaluation and output.
   eval_every: int = _f(5, 'evaluate the global model every this many rounds')
   eval_batch_size: int = _f(1000, 'test examples per evaluation batch')
@@ -113,10 +114,14 @@ class Config:
 
   def validate(self):
     """Raises UserError naming the first bad flag; returns self."""
-    positive = ('num_clients', 'clients_per_round', 'rounds', 'eval_every', 'eval_batch_size')
+    positive = ('num_clients', 'clients_per_round', 'rounds', 'eval_every', 'eval_batch_size',
+                'devices')
     for name in positive:
       if getattr(self, name) < 1:
         raise UserError(f'--{name}={getattr(self, name)} must be >= 1')
+    if self.clients_per_round % self.devices:
+      raise UserError(f'--clients_per_round={self.clients_per_round} must be a multiple of '
+                      f'--devices={self.devices}')
     if self.keep_checkpoints < 1:
       raise UserError(f'--keep_checkpoints={self.keep_checkpoints} must be >= 1')
     if self.resume and not self.out:

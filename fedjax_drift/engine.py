@@ -169,10 +169,29 @@ def drift_diagnostics(deltas, losses, weights):
   }, sq_norms
 
 
+def map_clients(fn, args, chunk):
+  """fn over the leading (cohort) axis of args: vmapped in chunks of `chunk`, chunks in turn."""
+  size = jax.tree.leaves(args)[0].shape[0]
+  if chunk >= size:
+    return jax.vmap(fn)(args)
+  return jax.lax.map(fn, args, batch_size=chunk if chunk > 1 else None)
+
+
+def client_mesh(devices: int):
+  """A 1-D mesh over the first `devices` devices; the cohort axis is split along it."""
+  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
+  return Mesh(np.array(jax.devices()[:devices]), ('clients',))
+
+
 def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: int,
                cohort_size: int, weighting: str = 'examples', chunk: int = 1,
-               sampler: str = 'uniform'):
-  """Returns round_fn(state, data) -> (state, metrics), pure and jittable."""
+               sampler: str = 'uniform', devices: int = 1):
+  """Returns round_fn(state, data) -> (state, metrics), pure and jittable.
+
+  devices > 1 splits the cohort over a device mesh (jax.shard_map): each device runs its
+  K/devices clients with the same chunking; the aggregation over the sharded cohort axis
+  becomes an all-reduce. Params, payload and data are replicated.
+  """
 
   def round_fn(state: ServerState, data: FederatedData):
     num_clients = data.client_count.shape[0]
@@ -188,18 +207,26 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     num_steps = client_steps(counts, schedule).astype(jnp.int32)
     spe = steps_per_epoch(counts, schedule.batch_size)
 
-    def one_client(args):
+    def one_client(params, payload, data, client_key, args):
       cid, count, steps, spe_i, cstate = args
       key = jax.random.fold_in(client_key, cid)
       client = Client(cid, count, steps, max_local_steps, data.label_hist[cid],
                       make_batch_fn(data, cid, count, key, schedule.batch_size, spe_i))
-      return algo.client_update(state.params, payload, cstate, client, key)
+      return algo.client_update(params, payload, cstate, client, key)
+
+    def run_clients(params, payload, data, client_key, args):
+      return map_clients(lambda a: one_client(params, payload, data, client_key, a), args,
+                         chunk)
 
     args = (ids, counts, num_steps, spe, old_states)
-    if chunk >= cohort_size:
-      results = jax.vmap(one_client)(args)
+    if devices > 1:
+      from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
+      results = jax.shard_map(run_clients, mesh=client_mesh(devices),
+                              in_specs=(P(), P(), P(), P(), P('clients')),
+                              out_specs=P('clients'), check_vma=False)(
+                                  state.params, payload, data, client_key, args)
     else:
-      results = jax.lax.map(one_client, args, batch_size=chunk if chunk > 1 else None)
+      results = run_clients(state.params, payload, data, client_key, args)
 
     if weighting == 'examples':
       weights = counts.astype(jnp.float32) / jnp.sum(counts)

@@ -62,15 +62,20 @@ def prepare(config: Config) -> Experiment:
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
   counts = np.array([len(p) for p in train_parts])
   max_local_steps = engine.max_steps(counts, schedule)
+  if config.devices > jax.device_count():
+    raise UserError(f'--devices={config.devices} but jax sees {jax.device_count()} '
+                    f'{jax.default_backend()} device(s)')
+  per_device = config.clients_per_round // config.devices
   chunk, strategy = engine.choose_parallelism(
-      config.client_parallelism, model.family, jax.default_backend(), config.clients_per_round,
+      config.client_parallelism, model.family, jax.default_backend(), per_device,
       config.cohort_chunk)
   data = federated.build(dataset.x_train, dataset.y_train, train_parts, dataset.num_classes)
   run_key = jax.random.key(config.seed)
   params = model.init(jax.random.fold_in(run_key, 0))
   state = engine.init_state(algo, params, num_clients, jax.random.fold_in(run_key, 1))
   round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
-                               algorithms.weighting(config), chunk, config.cohort_sampler)
+                               algorithms.weighting(config), chunk, config.cohort_sampler,
+                               config.devices)
   return Experiment(config, dataset, train_parts, test_parts, model, algo, data, state,
                     round_fn, schedule, max_local_steps, chunk, strategy, server_data)
 
@@ -151,9 +156,11 @@ def run(config: Config, log=print) -> dict:
   log(f'fedjax-drift: {cfg.algo} on {ds.name} ({len(ds.y_train)} train / {len(ds.y_test)} test, '
       f'{ds.num_classes} classes), {len(exp.train_parts)} clients, K={cfg.clients_per_round}, '
       f'{cfg.model} ({num_params:,} params)')
-  log(f'client parallelism: chunk={exp.chunk} of K={cfg.clients_per_round} '
-      f'({"sequential" if exp.chunk == 1 else "vmap" if exp.chunk >= cfg.clients_per_round else "chunked"}'
-      f'; {exp.strategy}); backend={jax.default_backend()}, devices={jax.device_count()}')
+  per_device = cfg.clients_per_round // cfg.devices
+  log(f'client parallelism: chunk={exp.chunk} of {per_device} clients per device '
+      f'({"sequential" if exp.chunk == 1 else "vmap" if exp.chunk >= per_device else "chunked"}'
+      f'; {exp.strategy}); backend={jax.default_backend()}, {cfg.devices} of '
+      f'{jax.device_count()} device(s)')
   n_clients = len(exp.train_parts)
   log(f'local work: up to {exp.max_local_steps} steps per client per round; per-client state '
       f'{n_clients} clients x {client_state_bytes // max(n_clients, 1):,} bytes = '
