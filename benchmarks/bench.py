@@ -13,7 +13,7 @@ implementation. Implementations:
                  (FedJAX's jit-backend style), then a jitted weighted mean
   torch-loop     a per-client PyTorch loop (torch is a benchmark extra: pip install '.[bench]')
 Each client runs H=10 SGD steps of batch 32 on its own examples; all K clients take part.
-Reported: sample-gradients/s, achieved GFLOP/s from an analytic FLOP count, that as a
+Reported (median round time over >= 3 s of rounds): sample-gradients/s, achieved GFLOP/s from an analytic FLOP count, that as a
 fraction of a float32 matmul peak measured in the same run, peak RSS and compile time.
 """
 import argparse
@@ -80,6 +80,17 @@ def peak_rss_gb():
 # ------------------------------------------------------------------------- implementations
 
 
+def timed_rounds(one_round, rounds, block, min_seconds=3.0):
+  """Median seconds per round over at least `rounds` rounds and `min_seconds` of work
+  (this machine drifts by tens of percent between runs)."""
+  times = []
+  while len(times) < rounds or sum(times) < min_seconds:
+    t0 = time.perf_counter()
+    block(one_round())
+    times.append(time.perf_counter() - t0)
+  return float(np.median(times))
+
+
 def run_engine(model_name, k, shape, chunk, rounds):
   import jax
   from fedjax_drift import algorithms, config, engine, models
@@ -97,11 +108,12 @@ def run_engine(model_name, k, shape, chunk, rounds):
   state, _ = round_fn(state, data)
   jax.block_until_ready(state.params)
   compile_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  for _ in range(rounds):
-    state, _ = round_fn(state, data)
-  jax.block_until_ready(state.params)
-  return (time.perf_counter() - t0) / rounds, compile_s
+  box = [state]
+
+  def one_round():
+    box[0] = round_fn(box[0], data)[0]
+    return box[0].params
+  return timed_rounds(one_round, rounds, jax.block_until_ready), compile_s
 
 
 def run_jit_loop(model_name, k, shape, rounds):
@@ -146,11 +158,12 @@ def run_jit_loop(model_name, k, shape, rounds):
   params = one_round(params)
   jax.block_until_ready(params)
   compile_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  for _ in range(rounds):
-    params = one_round(params)
-  jax.block_until_ready(params)
-  return (time.perf_counter() - t0) / rounds, compile_s
+  box = [params]
+
+  def step():
+    box[0] = one_round(box[0])
+    return box[0]
+  return timed_rounds(step, rounds, jax.block_until_ready), compile_s
 
 
 def torch_model(model_name):
@@ -207,10 +220,7 @@ def run_torch(model_name, k, shape, rounds):
   t0 = time.perf_counter()
   one_round()
   warm = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  for _ in range(rounds):
-    one_round()
-  return (time.perf_counter() - t0) / rounds, warm
+  return timed_rounds(one_round, rounds, lambda _: None), warm
 
 
 def matmul_peak_gflops():

@@ -5,6 +5,7 @@ naming the flag and exit code 2.
 """
 import argparse
 import dataclasses
+import os
 import sys
 import typing
 
@@ -60,6 +61,16 @@ def main(argv=None):
   except fedjax_drift.UserError as e:
     sys.stderr.write(f'error: {e}\n')
     return 2
+  except KeyboardInterrupt:
+    sys.stderr.write('error: interrupted; continue with --resume --out=RUN_DIR\n')
+    return 130
+  except Exception as e:  # pylint: disable=broad-except
+    if os.environ.get('FEDJAX_DRIFT_DEBUG'):
+      raise
+    first = (str(e).strip().splitlines() or [''])[0]
+    sys.stderr.write(f'error: {type(e).__name__}: {first} (set FEDJAX_DRIFT_DEBUG=1 for the '
+                     'traceback)\n')
+    return 1
   return 0
 
 

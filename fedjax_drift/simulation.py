@@ -135,6 +135,15 @@ def run(config: Config, log=print) -> dict:
   """
   config.validate()
   run_dir = config.run_dir(time.strftime('%Y%m%d-%H%M%S'))
+  if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+    raise UserError(f'--out={run_dir} is a file, not a directory')
+  if config.save_params:
+    parent = os.path.dirname(os.path.abspath(config.save_params))
+    existing = parent
+    while not os.path.exists(existing):
+      existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK):
+      raise UserError(f'--save_params={config.save_params}: cannot write under {existing}')
   if config.resume:
     if not os.path.exists(os.path.join(run_dir, 'config.json')):
       raise UserError(f'--resume: {run_dir} holds no run (no config.json)')

@@ -42,6 +42,16 @@ def test_bad_input_one_line_exit_2(tmp_path, args, flag):
   assert not out.exists() or not os.listdir(out)
 
 
+def test_out_is_a_file_and_unwritable_save_params(tmp_path):
+  (tmp_path / 'file').write_text('x')
+  result = cli(f'--out={tmp_path / "file"}', '--progress=false')
+  assert result.returncode == 2 and 'is a file' in result.stderr
+  result = cli(f'--out={tmp_path / "r"}', f'--save_params={tmp_path / "file" / "p.npz"}',
+               '--progress=false')
+  assert result.returncode == 2 and '--save_params' in result.stderr
+  assert not (tmp_path / 'r').exists()
+
+
 def test_existing_run_dir_needs_overwrite(tmp_path):
   out = tmp_path / 'run'
   out.mkdir()
