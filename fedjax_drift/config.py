@@ -99,6 +99,10 @@ class Config:
                                ('auto', 'vmap', 'sequential'))
   cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism')
   devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)')
+  seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program')
+  grid: str = _f('', "sweep float hyperparameters in the same program, e.g. "
+                 "'lr:0.01,0.05;beta:0.8,0.9' (the cartesian product)")
+  run_chunk: int = _f(0, 'runs vmapped together in a sweep; 0 = all')
   # Evaluation and output.
   eval_every: int = _f(5, 'evaluate the global model every this many rounds')
   eval_batch_size: int = _f(1000, 'test examples per evaluation batch')
@@ -115,7 +119,7 @@ class Config:
   def validate(self):
     """Raises UserError naming the first bad flag; returns self."""
     positive = ('num_clients', 'clients_per_round', 'rounds', 'eval_every', 'eval_batch_size',
-                'devices')
+                'devices', 'seeds')
     for name in positive:
       if getattr(self, name) < 1:
         raise UserError(f'--{name}={getattr(self, name)} must be >= 1')
@@ -127,6 +131,7 @@ class Config:
     if self.resume and not self.out:
       raise UserError('--resume needs --out=RUN_DIR, the run to continue')
     for name in ('local_steps', 'local_epochs', 'batch_size', 'cohort_chunk', 'checkpoint_every',
+                 'run_chunk',
                  'classes_per_client'):
       if getattr(self, name) < 0:
         raise UserError(f'--{name}={getattr(self, name)} must be >= 0')

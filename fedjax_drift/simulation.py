@@ -131,9 +131,15 @@ def _progress(total, enabled):
 def run(config: Config, log=print) -> dict:
   """Runs one experiment end to end and returns its summary (also in summary.json).
 
-  With config.resume, continues the run in config.out from its latest checkpoint.
+  With config.resume, continues the run in config.out from its latest checkpoint. With
+  config.seeds > 1 or a config.grid, runs the sweep as one vmapped program (sweep.py).
   """
   config.validate()
+  if config.seeds > 1 or config.grid:
+    from fedjax_drift import sweep  # pylint: disable=g-import-not-at-top
+    if config.devices > 1:
+      raise UserError('--devices does not combine with --seeds/--grid yet')
+    return sweep.run_sweep(config, log)
   run_dir = config.run_dir(time.strftime('%Y%m%d-%H%M%S'))
   if os.path.exists(run_dir) and not os.path.isdir(run_dir):
     raise UserError(f'--out={run_dir} is a file, not a directory')

@@ -116,8 +116,13 @@ def needs_validation(config):
   return 'gkd_vote' in recipe(config).parts
 
 
+def _or_beta(value, beta):
+  """--beta_local / --beta_global: -1 (a Python number) means 'the same as --beta'."""
+  return beta if isinstance(value, (int, float)) and value < 0 else value
+
+
 def _part(name, c, model, server_data, parts):
-  beta_local = c.beta if c.beta_local < 0 else c.beta_local
+  beta_local = _or_beta(c.beta_local, c.beta)
   if name == 'fedadc':
     return fedadc.embedded_momentum(beta_local, c.fedadc_variant == 'nesterov')
   if name == 'self_kd':
@@ -154,14 +159,13 @@ def _part(name, c, model, server_data, parts):
 
 
 def _server_optimizer(server, c):
-  beta_local = c.beta if c.beta_local < 0 else c.beta_local
-  beta_global = c.beta if c.beta_global < 0 else c.beta_global
+  beta_local, beta_global = _or_beta(c.beta_local, c.beta), _or_beta(c.beta_global, c.beta)
   if server == 'fedadc':
     if c.algo == 'fedadc_dm':
       beta_global = beta_local  # Algorithm 4: m_{t+1} = Delta_bar
     return fedadc.server_momentum(beta_local, beta_global, c.lr, c.server_lr)
   if server == 'slowmo':
-    beta = c.server_momentum or c.beta
+    beta = c.beta if local.is_off(c.server_momentum) else c.server_momentum
     return server_optimizers.slowmo(beta, c.lr, c.server_lr)
   if server in ('adam', 'yogi', 'adagrad'):
     return server_optimizers.adaptive(server, c.server_lr, c.server_beta1, c.server_beta2,

@@ -23,7 +23,7 @@ import optax
 from optax.tree_utils import tree_get
 
 from fedjax_drift.algorithms.distill import kl_to_student
-from fedjax_drift.algorithms.local import cross_entropy, masked_mean
+from fedjax_drift.algorithms.local import cross_entropy, is_off, masked_mean
 from fedjax_drift.algorithms.parts import Part
 
 
@@ -79,7 +79,7 @@ def double_momentum_optimizer(lr, phi, weight_decay=0.0):
   """theta <- theta - eta (m_bar + m_i^tau). The correction adds m_bar before the EMA, and an
   EMA started at its first input is linear with weights summing to one, so
   EMA(g + m_bar) = EMA(g) + m_bar exactly."""
-  parts = [optax.add_decayed_weights(weight_decay)] if weight_decay else []
+  parts = [] if is_off(weight_decay) else [optax.add_decayed_weights(weight_decay)]
   return optax.chain(*parts, first_step_ema(phi), optax.scale(-lr))
 
 

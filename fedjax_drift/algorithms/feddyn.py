@@ -30,9 +30,10 @@ def dynamic_regularizer(alpha):
     cohort = sctx.cohort
     h = jax.tree.map(lambda h_, d: h_ + (alpha / cohort.num_clients) * jnp.sum(d, axis=0),
                      h, cohort.deltas)
-    if alpha == 0:  # alpha = 0 is FedAvg (the h / alpha correction vanishes with h)
-      return params, h
-    return jax.tree.map(lambda p, h_: p - h_ / alpha, params, h), h
+    # alpha = 0 is FedAvg: h stays 0 and the h / alpha correction is dropped.
+    on = alpha > 0
+    safe = jnp.where(on, alpha, 1.0)
+    return jax.tree.map(lambda p, h_: jnp.where(on, p - h_ / safe, p), params, h), h
 
   zeros = lambda params: jax.tree.map(jnp.zeros_like, params)
   return Part('feddyn', init=zeros, init_client=zeros, loss=loss, client_final=client_final,

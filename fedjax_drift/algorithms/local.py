@@ -50,10 +50,17 @@ def train(params, client, ctx, objective, optimizer, lookahead=None, correct=Non
   return theta, loss_sum / jnp.maximum(client.num_steps, 1)
 
 
+def is_off(value):
+  """True for a Python number equal to 0. Hyperparameters swept with --grid arrive as
+  tracers: those are never 'off', so the code stays free of branches on traced values."""
+  return isinstance(value, (int, float)) and value == 0
+
+
 def sgd(lr, momentum=0.0, weight_decay=0.0, nesterov=False):
   """Local SGD; weight decay is classic L2 (wd * theta added to the gradient before the lr)."""
   parts = []
-  if weight_decay:
+  if not is_off(weight_decay):
     parts.append(optax.add_decayed_weights(weight_decay))
-  parts.append(optax.sgd(lr, momentum=momentum or None, nesterov=nesterov))
+  parts.append(optax.sgd(lr, momentum=None if is_off(momentum) else momentum,
+                         nesterov=nesterov))
   return optax.chain(*parts)
