@@ -35,6 +35,13 @@ class Config:
                            ('none', 'like_train'))
   cohort_sampler: str = _f('uniform', 'cohort sampling; cover_classes requires the cohort\'s '
                            'labels to cover every class', ('uniform', 'cover_classes'))
+  scenario: str = _f('static', 'static; concept_shift (labels remapped before each round); '
+                     'longtail_stateless (fresh long-tailed clients every round)',
+                     ('static', 'concept_shift', 'longtail_stateless'))
+  concept_shift_prob: float = _f(0.05, 'concept_shift: per-class remapping probability per round')
+  imbalance_ratio: float = _f(0.01, 'longtail_stateless: rarest / most frequent class share')
+  client_fraction: float = _f(0.1, 'longtail_stateless: share of the training set each fresh '
+                              'client samples before the long-tail trim')
   num_clients: int = _f(50, 'total number of clients N')
   clients_per_round: int = _f(10, 'cohort size K, sampled uniformly without replacement')
   # Local work.
@@ -126,6 +133,10 @@ class Config:
     if self.clients_per_round % self.devices:
       raise UserError(f'--clients_per_round={self.clients_per_round} must be a multiple of '
                       f'--devices={self.devices}')
+    for name in ('imbalance_ratio', 'client_fraction'):
+      value = getattr(self, name)
+      if not (math.isfinite(value) and 0 < value <= 1):
+        raise UserError(f'--{name}={value} must be in (0, 1]')
     if self.keep_checkpoints < 1:
       raise UserError(f'--keep_checkpoints={self.keep_checkpoints} must be >= 1')
     if self.resume and not self.out:
@@ -145,7 +156,7 @@ class Config:
       if not value > 0:
         raise UserError(f'--{name}={value} must be > 0')
     for name in ('beta', 'phi', 'kd_lambda', 'server_momentum', 'rs_alpha', 'server_beta1',
-                 'server_beta2'):
+                 'server_beta2', 'concept_shift_prob'):
       value = getattr(self, name)
       if not (math.isfinite(value) and 0 <= value <= 1):
         raise UserError(f'--{name}={value} must be in [0, 1]')

@@ -63,15 +63,16 @@ def choose_parallelism(requested, family, backend, cohort_size, chunk=0):
   return cohort_size, f'auto: {family} model on {backend}, vmap over the cohort'
 
 
-def make_batch_fn(data: FederatedData, cid, count, key, batch_size, spe):
-  """step -> Batch for one client: per-epoch reshuffles, the last partial batch masked."""
-  row = data.client_index[cid]
+def make_batch_fn(data: FederatedData, row, count, key, batch_size, spe, relabel=None):
+  """step -> Batch for the client whose examples are row[:count]: per-epoch reshuffles, the
+  last partial batch masked. relabel maps labels (a scenario's current concept)."""
   max_n = row.shape[0]
+  relabel = relabel or (lambda y: y)
   if batch_size == 0:
     def full_batch(step):
       del step
       mask = (jnp.arange(max_n) < count).astype(jnp.float32)
-      return Batch(to_float(data.x[row]), data.y[row], mask)
+      return Batch(to_float(data.x[row]), relabel(data.y[row]), mask)
     return full_batch
 
   padded = -(-max_n // batch_size) * batch_size
@@ -85,7 +86,7 @@ def make_batch_fn(data: FederatedData, cid, count, key, batch_size, spe):
     pos = jax.lax.dynamic_slice(perm, (b * batch_size,), (batch_size,))
     mask = ((b * batch_size + jnp.arange(batch_size)) < count).astype(jnp.float32)
     idx = row[pos]
-    return Batch(to_float(data.x[idx]), data.y[idx], mask)
+    return Batch(to_float(data.x[idx]), relabel(data.y[idx]), mask)
 
   return batch
 
@@ -185,48 +186,65 @@ def client_mesh(devices: int):
 
 def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: int,
                cohort_size: int, weighting: str = 'examples', chunk: int = 1,
-               sampler: str = 'uniform', devices: int = 1):
+               sampler: str = 'uniform', devices: int = 1, scenario=None):
   """Returns round_fn(state, data) -> (state, metrics), pure and jittable.
 
   devices > 1 splits the cohort over a device mesh (jax.shard_map): each device runs its
   K/devices clients with the same chunking; the aggregation over the sharded cohort axis
   becomes an all-reduce. Params, payload and data are replicated.
+
+  scenario (data/scenarios.py) may change labels before each round (concept shift) or draw
+  fresh, stateless clients every round; the default leaves the partition as it is.
   """
+  from fedjax_drift.data import scenarios  # pylint: disable=g-import-not-at-top
+  scenario = scenario or scenarios.static()
 
   def round_fn(state: ServerState, data: FederatedData):
     num_clients = data.client_count.shape[0]
     rkey = jax.random.fold_in(state.key, state.round)
-    if sampler == 'cover_classes':
-      ids = sample_covering_cohort(jax.random.fold_in(rkey, 0), data.label_hist, cohort_size)
+    concept = scenario.before_round(state.scenario, jax.random.fold_in(rkey, 2))
+    if scenario.fresh_cohort is not None:  # stateless: new clients every round
+      rows, counts = scenario.fresh_cohort(data, jax.random.fold_in(rkey, 3), cohort_size)
+      ids = jnp.arange(cohort_size, dtype=jnp.int32)
+      valid = jnp.arange(rows.shape[1])[None, :] < counts[:, None]
+      num_classes = data.label_hist.shape[1]
+      hists = jax.vmap(lambda r, v: jnp.zeros(num_classes).at[data.y[r]].add(v))(
+          rows, valid.astype(jnp.float32))
     else:
-      ids = sample_cohort(jax.random.fold_in(rkey, 0), num_clients, cohort_size)
+      if sampler == 'cover_classes':
+        ids = sample_covering_cohort(jax.random.fold_in(rkey, 0), data.label_hist, cohort_size)
+      else:
+        ids = sample_cohort(jax.random.fold_in(rkey, 0), num_clients, cohort_size)
+      rows, counts, hists = data.client_index[ids], data.client_count[ids], data.label_hist[ids]
+    if scenario.name == 'concept_shift':  # histograms of the relabelled classes
+      hists = hists @ jax.nn.one_hot(concept, hists.shape[1])
     client_key = jax.random.fold_in(rkey, 1)
     payload = algo.broadcast(state.params, state.server)
     old_states = _gather(state.clients, ids)
-    counts = data.client_count[ids]
     num_steps = client_steps(counts, schedule).astype(jnp.int32)
     spe = steps_per_epoch(counts, schedule.batch_size)
 
-    def one_client(params, payload, data, client_key, args):
-      cid, count, steps, spe_i, cstate = args
+    def one_client(params, payload, data, client_key, concept, args):
+      cid, row, count, hist, steps, spe_i, cstate = args
       key = jax.random.fold_in(client_key, cid)
-      client = Client(cid, count, steps, max_local_steps, data.label_hist[cid],
-                      make_batch_fn(data, cid, count, key, schedule.batch_size, spe_i))
+      client = Client(cid, count, steps, max_local_steps, hist,
+                      make_batch_fn(data, row, count, key, schedule.batch_size, spe_i,
+                                    lambda y: scenario.relabel(concept, y)))
       return algo.client_update(params, payload, cstate, client, key)
 
-    def run_clients(params, payload, data, client_key, args):
-      return map_clients(lambda a: one_client(params, payload, data, client_key, a), args,
-                         chunk)
+    def run_clients(params, payload, data, client_key, concept, args):
+      return map_clients(lambda a: one_client(params, payload, data, client_key, concept, a),
+                         args, chunk)
 
-    args = (ids, counts, num_steps, spe, old_states)
+    args = (ids, rows, counts, hists, num_steps, spe, old_states)
     if devices > 1:
       from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
       results = jax.shard_map(run_clients, mesh=client_mesh(devices),
-                              in_specs=(P(), P(), P(), P(), P('clients')),
+                              in_specs=(P(), P(), P(), P(), P(), P('clients')),
                               out_specs=P('clients'), check_vma=False)(
-                                  state.params, payload, data, client_key, args)
+                                  state.params, payload, data, client_key, concept, args)
     else:
-      results = run_clients(state.params, payload, data, client_key, args)
+      results = run_clients(state.params, payload, data, client_key, concept, args)
 
     if weighting == 'examples':
       weights = counts.astype(jnp.float32) / jnp.sum(counts)
@@ -243,7 +261,7 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     # The first cohort member whose update is non-finite (-1 if none), for the error message.
     metrics['bad_client'] = jnp.where(jnp.all(client_finite), -1,
                                       ids[jnp.argmin(client_finite)])
-    return ServerState(params, server, clients, state.round + 1, state.key), metrics
+    return ServerState(params, server, clients, state.round + 1, state.key, concept), metrics
 
   return round_fn
 
@@ -272,10 +290,13 @@ def make_segment(round_fn, length: int):
   return jax.jit(segment, donate_argnums=0)
 
 
-def init_state(algo: FederatedAlgorithm, params, num_clients: int, key) -> ServerState:
+def init_state(algo: FederatedAlgorithm, params, num_clients: int, key,
+               scenario=None) -> ServerState:
   one = algo.init_client(params)
   clients = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_clients,) + a.shape).copy(), one)
-  return ServerState(params, algo.init(params), clients, jnp.zeros((), jnp.int32), key)
+  scenario_state = scenario.init(jax.random.fold_in(key, 7)) if scenario is not None else ()
+  return ServerState(params, algo.init(params), clients, jnp.zeros((), jnp.int32), key,
+                     scenario_state)
 
 
 def make_evaluator(apply_fn, batch_size: int = 1000):

@@ -32,6 +32,8 @@ def summarize(rounds, accuracies, losses, total_rounds, target):
       'final_accuracy': float(accuracies[-1]),
       'final_loss': float(losses[-1]),
       'best_accuracy': float(np.max(accuracies)),
+      # FedFOR's Table 5 (concept shift): the best accuracy so far, averaged over the run.
+      'mean_best_accuracy': float(np.mean(best_so_far(accuracies))),
       'last10_mean_accuracy': last_fraction_mean(rounds, accuracies, total_rounds),
       'target_accuracy': target,
       'rounds_to_target': rounds_to_target(rounds, accuracies, target),

@@ -61,7 +61,8 @@ def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
     steps = engine.client_steps(count, schedule).astype(jnp.int32)
     spe = engine.steps_per_epoch(count, schedule.batch_size)
     k = jax.random.fold_in(key, cid)
-    batch_fn = engine.make_batch_fn(train, cid, count, k, schedule.batch_size, spe)
+    batch_fn = engine.make_batch_fn(train, train.client_index[cid], count, k,
+                                    schedule.batch_size, spe)
     client = Client(cid, count, steps, max_steps, train.label_hist[cid], batch_fn)
     ctx = ClientContext(params, {}, {}, lr, steps, count, train.label_hist[cid], 1,
                         model.apply, batch_fn)

@@ -15,7 +15,7 @@ from fedjax_drift import algorithms, engine, metrics, models, personalize, repor
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
-from fedjax_drift.data import federated, partitions, sources
+from fedjax_drift.data import federated, partitions, scenarios, sources
 from fedjax_drift.errors import DivergenceError, UserError
 from fedjax_drift.state import ServerState
 
@@ -60,7 +60,12 @@ def prepare(config: Config) -> Experiment:
                      algorithms.projection_dim(config))
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
+  scenario = scenarios.get(config.scenario, dataset.num_classes, dataset.y_train,
+                           config.concept_shift_prob, config.client_fraction,
+                           config.imbalance_ratio)
   counts = np.array([len(p) for p in train_parts])
+  if scenario.fresh_cohort is not None:
+    counts = np.array([scenario.max_examples])
   max_local_steps = engine.max_steps(counts, schedule)
   if config.devices > jax.device_count():
     raise UserError(f'--devices={config.devices} but jax sees {jax.device_count()} '
@@ -72,10 +77,14 @@ def prepare(config: Config) -> Experiment:
   data = federated.build(dataset.x_train, dataset.y_train, train_parts, dataset.num_classes)
   run_key = jax.random.key(config.seed)
   params = model.init(jax.random.fold_in(run_key, 0))
-  state = engine.init_state(algo, params, num_clients, jax.random.fold_in(run_key, 1))
+  state = engine.init_state(algo, params, num_clients, jax.random.fold_in(run_key, 1), scenario)
+  if scenario.fresh_cohort is not None and jax.tree.leaves(state.clients):
+    raise UserError(f'--scenario=longtail_stateless draws new clients every round, so '
+                    f'--algo={config.algo}\'s per-client state would never be used; pick a '
+                    'stateless algorithm')
   round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
                                algorithms.weighting(config), chunk, config.cohort_sampler,
-                               config.devices)
+                               config.devices, scenario)
   return Experiment(config, dataset, train_parts, test_parts, model, algo, data, state,
                     round_fn, schedule, max_local_steps, chunk, strategy, server_data)
 
@@ -193,8 +202,14 @@ def run(config: Config, log=print) -> dict:
     report.plot_partition(os.path.join(run_dir, 'partition.png'),
                           np.asarray(exp.data.label_hist), f'{cfg.partition} partition of {ds.name}')
 
-  evaluate = engine.make_evaluator(exp.model.apply, cfg.eval_batch_size)
+  evaluate_raw = engine.make_evaluator(exp.model.apply, cfg.eval_batch_size)
   x_test, y_test = jnp.asarray(ds.x_test), jnp.asarray(ds.y_test)
+  scenario = scenarios.get(cfg.scenario, ds.num_classes, ds.y_train, cfg.concept_shift_prob)
+
+  def evaluate(params, x, y, scenario_state=None):
+    if cfg.scenario == 'concept_shift':  # test labels under the current concept
+      y = scenario.relabel(scenario_state, y)
+    return evaluate_raw(params, x, y)
   segment = engine.make_segment(exp.round_fn, cfg.eval_every)
   checkpoint_every = cfg.checkpoint_every or cfg.eval_every
 
@@ -204,7 +219,7 @@ def run(config: Config, log=print) -> dict:
     log(f'resumed from the checkpoint at round {int(state.round)}')
   else:
     state, eval_rows, round_rows = exp.state, [], []
-    loss0, acc0 = evaluate(state.params, x_test, y_test)
+    loss0, acc0 = evaluate(state.params, x_test, y_test, state.scenario)
     eval_rows.append({'round': 0, 'test_accuracy': float(acc0), 'test_loss': float(loss0),
                       'best_accuracy': float(acc0), 'elapsed_s': 0.0})
   data, done = exp.data, int(state.round)
@@ -242,7 +257,7 @@ def run(config: Config, log=print) -> dict:
                             if k not in ('finite', 'bad_client')}})
     done += n
     rounds_run += n
-    loss, acc = evaluate(state.params, x_test, y_test)
+    loss, acc = evaluate(state.params, x_test, y_test, state.scenario)
     eval_rows.append({'round': done, 'test_accuracy': float(acc), 'test_loss': float(loss),
                       'best_accuracy': max(float(acc), eval_rows[-1]['best_accuracy']),
                       'elapsed_s': elapsed0 + time.perf_counter() - t_start})

@@ -21,6 +21,7 @@ class ServerState(NamedTuple):
   clients: PyTree   # per-client state, every leaf stacked [num_clients, ...]
   round: jax.Array  # int32, rounds completed
   key: jax.Array    # the run's key; round t uses fold_in(key, t)
+  scenario: PyTree = ()  # the data scenario's state (e.g. concept shift's label map)
 
 
 class Batch(NamedTuple):

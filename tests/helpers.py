@@ -31,7 +31,7 @@ def cohort_and_batches(exp, state=None, extra_steps=0):
   batches = {}
   for cid in ids:
     key = jax.random.fold_in(jax.random.fold_in(rkey, 1), int(cid))
-    fn = engine.make_batch_fn(exp.data, int(cid), int(counts[cid]), key,
+    fn = engine.make_batch_fn(exp.data, exp.data.client_index[int(cid)], int(counts[cid]), key,
                               exp.schedule.batch_size, int(spe[cid]))
     batches[int(cid)] = [tuple(np.asarray(a) for a in fn(s))
                          for s in range(int(steps[cid]) + extra_steps)]

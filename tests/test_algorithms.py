@@ -168,7 +168,8 @@ def test_fedadc_client_delta_identity(tiny_npz, unequal_partition):
     key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(state.key, state.round), 1),
                              int(cid))
     client = Client(cid, counts[cid], spe, spe, exp.data.label_hist[cid],
-                    engine.make_batch_fn(exp.data, int(cid), int(counts[cid]), key, 4, spe))
+                    engine.make_batch_fn(exp.data, exp.data.client_index[int(cid)],
+                                          int(counts[cid]), key, 4, spe))
     result = exp.algo.client_update(state.params, payload, {}, client, key)
     delta = flat(result.delta)
     # Recompute the gradients along the engine's own trajectory.

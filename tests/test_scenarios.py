@@ -1,0 +1,83 @@
+"""Data scenarios: concept shift's label remapping, stateless long-tailed clients."""
+import csv
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fedjax_drift
+from fedjax_drift import engine
+from fedjax_drift.data import federated, scenarios
+from helpers import tiny_config
+
+
+def test_concept_shift_remaps_to_another_label():
+  scen = scenarios.concept_shift(10, prob=1.0)
+  label_map = scen.init(None)
+  np.testing.assert_array_equal(label_map, np.arange(10))
+  moved = scen.before_round(label_map, jax.random.key(0))
+  assert np.all(np.asarray(moved) != np.arange(10)) and np.all((0 <= moved) & (moved < 10))
+  still = scenarios.concept_shift(10, prob=0.0).before_round(moved, jax.random.key(1))
+  np.testing.assert_array_equal(still, moved)  # permanent: nothing moves back by itself
+  rates = [np.mean(np.asarray(scenarios.concept_shift(10, 0.3).before_round(
+      jnp.arange(10), jax.random.key(s))) != np.arange(10)) for s in range(200)]
+  assert abs(np.mean(rates) - 0.3) < 0.03
+
+
+def test_concept_shift_train_and_test_labels_follow_the_map(tiny_npz, unequal_partition,
+                                                            tmp_path):
+  config = tiny_config(tiny_npz, unequal_partition, scenario='concept_shift',
+                       concept_shift_prob=0.5, rounds=3, out=str(tmp_path / 'r'),
+                       save_params=str(tmp_path / 'p.npz'))
+  exp = fedjax_drift.prepare(config)
+  state = exp.state
+  step = jax.jit(exp.round_fn)
+  for _ in range(3):
+    state = step(state, exp.data)[0]
+  label_map = np.asarray(state.scenario)
+  assert np.any(label_map != np.arange(3))
+  # Training batches see y -> label_map[y].
+  row = exp.data.client_index[0]
+  fn = engine.make_batch_fn(exp.data, row, exp.data.client_count[0], jax.random.key(0), 0, 1,
+                            lambda y: jnp.asarray(label_map)[y])
+  np.testing.assert_array_equal(np.asarray(fn(0).y)[:5],
+                                label_map[np.asarray(exp.dataset.y_train)[np.asarray(row)[:5]]])
+  # The evaluation uses the same map: recompute the final test accuracy by hand.
+  fedjax_drift.run(config, log=lambda *_: None)
+  saved = np.load(tmp_path / 'p.npz')
+  logits = exp.dataset.x_test @ saved['dense/kernel'] + saved['dense/bias']
+  expected = np.mean(np.argmax(logits, 1) == label_map[exp.dataset.y_test])
+  rows = list(csv.DictReader(open(tmp_path / 'r' / 'metrics.csv')))
+  assert abs(float(rows[-1]['test_accuracy']) - expected) < 1e-6
+
+
+def test_longtail_stateless_clients_are_fresh_and_long_tailed():
+  y = np.repeat(np.arange(10), 600)
+  scen = scenarios.longtail_stateless(y, 10, fraction=0.1, ratio=0.01)
+  data = federated.FederatedData(jnp.zeros((6000, 1)), jnp.asarray(y), None, None, None)
+  rows, counts = jax.jit(scen.fresh_cohort, static_argnums=2)(data, jax.random.key(0), 64)
+  rows, counts = np.asarray(rows), np.asarray(counts)
+  assert rows.shape == (64, scen.max_examples) and np.all(counts < scen.max_examples)
+  expected = 0.1 * 600 * np.sum(0.01 ** (np.arange(10) / 9))  # about 2.5% of the data
+  assert abs(counts.mean() - expected) < 0.1 * expected
+  heads = set()
+  for r, c in zip(rows, counts):
+    assert len(set(r[:c].tolist())) == c  # no example twice
+    hist = np.bincount(y[r[:c]], minlength=10)
+    heads.add(int(np.argmax(hist)))
+    assert hist.max() >= 20 * max(hist.min(), 1) or hist.min() == 0
+  assert len(heads) >= 5  # the class order is random per client
+  rows2, _ = scen.fresh_cohort(data, jax.random.key(1), 64)
+  assert not np.array_equal(rows, np.asarray(rows2))  # new clients every round
+
+
+def test_longtail_stateless_refuses_stateful_algorithms(tiny_npz, unequal_partition):
+  with pytest.raises(fedjax_drift.UserError, match='per-client state'):
+    fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, algo='scaffold',
+                                     scenario='longtail_stateless'))
+  exp = fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, algo='fedfor',
+                                         scenario='longtail_stateless', local_epochs=1,
+                                         local_steps=0, batch_size=4))
+  state, metrics = jax.jit(exp.round_fn)(exp.state, exp.data)
+  assert np.isfinite(float(metrics['train_loss']))
