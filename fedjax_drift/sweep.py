@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift import algorithms, engine, metrics, models, report
-from fedjax_drift.data import federated, partitions, sources
+from fedjax_drift.data import federated, partitions, scenarios, sources
 from fedjax_drift.errors import UserError
 
 # Float hyperparameters that may be swept: none of them steers Python control flow.
@@ -93,8 +93,13 @@ def run_sweep(config, log=print):
   model = models.get(config.model, dataset.num_classes, dataset.x_train.shape[1:], config.init,
                      algorithms.projection_dim(config))
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
+  scenario = scenarios.get(config.scenario, dataset.num_classes, dataset.y_train,
+                           config.concept_shift_prob, config.client_fraction,
+                           config.imbalance_ratio)
   max_steps = max(engine.max_steps(np.asarray(t.client_count), schedule)
                   for t in tables.values())
+  if scenario.fresh_cohort is not None:
+    max_steps = engine.max_steps(np.array([scenario.max_examples]), schedule)
   chunk, strategy = engine.choose_parallelism(
       config.client_parallelism, model.family, jax.default_backend(), config.clients_per_round,
       config.cohort_chunk)
@@ -106,19 +111,22 @@ def run_sweep(config, log=print):
 
   def init_one(seed_key, hp):
     params = model.init(jax.random.fold_in(seed_key, 0))
-    return engine.init_state(build(hp), params, num_clients, jax.random.fold_in(seed_key, 1))
+    return engine.init_state(build(hp), params, num_clients, jax.random.fold_in(seed_key, 1),
+                             scenario)
 
   def round_one(state, table, hp):
     index, count, hist = table
     data = federated.FederatedData(x, y, index, count, hist)
     fn = engine.make_round(build(hp), schedule, max_steps, config.clients_per_round, weighting,
-                           chunk, config.cohort_sampler)
+                           chunk, config.cohort_sampler, scenario=scenario)
     return fn(state, data)
 
   x, y = jnp.asarray(dataset.x_train), jnp.asarray(dataset.y_train)
   x_test, y_test = jnp.asarray(dataset.x_test), jnp.asarray(dataset.y_test)
   evaluate = engine.make_evaluator(model.apply, config.eval_batch_size)
-  eval_all = jax.jit(jax.vmap(evaluate, in_axes=(0, None, None)))
+  # Each run evaluates against the test labels of its own current concept (concept shift).
+  eval_all = jax.jit(jax.vmap(
+      lambda params, sc: evaluate(params, x_test, scenario.relabel(sc, y_test))))
   run_chunk = config.run_chunk or len(runs)
 
   def segment(states, table, hps, num_rounds):
@@ -149,10 +157,13 @@ def run_sweep(config, log=print):
     table = _pad_tables([tables[s] for s, _ in padded])
     keys = jnp.stack([jax.random.key_data(jax.random.key(s)) for s, _ in padded])
     states = jax.vmap(lambda k, hp: init_one(jax.random.wrap_key_data(k), hp))(keys, hps)
+    if scenario.fresh_cohort is not None and jax.tree.leaves(states.clients):
+      raise UserError(f'--scenario=longtail_stateless draws new clients every round, so '
+                      f'--algo={config.algo}\'s per-client state would never be used')
     done, best = 0, np.full(len(padded), -np.inf)
 
     def record(states, done):
-      losses, accs = jax.device_get(eval_all(states.params, x_test, y_test))
+      losses, accs = jax.device_get(eval_all(states.params, states.scenario))
       for i, (s, p) in enumerate(chunk_runs):
         best[i] = max(best[i], accs[i])
         rows.append({'run': start + i, 'seed': s, **p, 'round': done,

@@ -31,7 +31,7 @@ def _evaluated_rounds(run_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('kill_after', [3, 9])
+@pytest.mark.parametrize('kill_after', [5])
 def test_kill_9_and_resume_is_bit_identical(tmp_path, kill_after):
   straight, killed = tmp_path / 'straight', tmp_path / 'killed'
   assert cli(*ARGS, f'--out={straight}', f'--save_params={tmp_path}/a.npz').returncode == 0

@@ -17,11 +17,14 @@ def _config(npz, out, **kw):
   return fedjax_drift.Config(**base)
 
 
-@pytest.mark.parametrize('algo,grid', [('fedavg', 'lr:0.05,0.2'),
-                                       ('fedadc', 'beta:0.0,0.8;lr:0.1')])
-def test_sweep_runs_equal_single_runs(tiny_npz, tmp_path, algo, grid):
+@pytest.mark.parametrize('algo,grid,extra', [
+    ('fedavg', 'lr:0.05,0.2', {}),
+    ('fedadc', 'beta:0.8;lr:0.1', {}),
+    ('fedfor', 'for_alpha:0.1', dict(scenario='concept_shift', concept_shift_prob=0.5)),
+])
+def test_sweep_runs_equal_single_runs(tiny_npz, tmp_path, algo, grid, extra):
   summary = fedjax_drift.run(_config(tiny_npz, tmp_path / 'sweep', algo=algo, seeds=2,
-                                     grid=grid), log=lambda *_: None)
+                                     grid=grid, **extra), log=lambda *_: None)
   assert summary['segment_compilations'] == 1
   rows = list(csv.DictReader(open(tmp_path / 'sweep' / 'runs.csv')))
   points = sweep.grid_points(sweep.parse_grid(grid))
@@ -29,7 +32,7 @@ def test_sweep_runs_equal_single_runs(tiny_npz, tmp_path, algo, grid):
   for point in points:
     for seed in (0, 1):
       out = tmp_path / f'single-{seed}-{"-".join(map(str, point.values()))}'
-      fedjax_drift.run(_config(tiny_npz, out, algo=algo, seed=seed, **point),
+      fedjax_drift.run(_config(tiny_npz, out, algo=algo, seed=seed, **point, **extra),
                        log=lambda *_: None)
       single = [float(r['test_loss']) for r in csv.DictReader(open(out / 'metrics.csv'))]
       mine = [float(r['test_loss']) for r in rows if int(r['seed']) == seed
