@@ -114,7 +114,8 @@ def run_preset(name, mode, data_dir='', dataset='', out_root=None, log=print):
       betas = preset.get('beta_grid', {}).get(method)
       if betas:
         grid += f';beta:{",".join(map(str, betas))}'
-      values = dict(base, **scen, **overrides, algo=algo, progress=False, overwrite=True,
+      values = dict(base, **scen, **overrides)
+      values.update(algo=algo, progress=False, overwrite=True,
                     out=os.path.join(out_dir, 'runs', f'{scen_name}-{method}'.replace(' ', '_')))
       seeds = values.pop('seeds')
       if method in preset.get('no_sweep', ()):  # not vmappable yet: one run per lr and seed

@@ -10,7 +10,7 @@ from typing import Optional
 
 from fedjax_drift.errors import UserError
 
-PARTITIONS = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity')
+PARTITIONS = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity', 'domains')
 
 
 def _f(default, help_text, choices=None):
@@ -25,10 +25,12 @@ class Config:
   init: str = _f('default', 'parameter init: default (flax) or zeros', ('default', 'zeros'))
   # Data and its split across clients.
   dataset: str = _f('embedded', 'embedded, mnist, fashion_mnist, cifar10, usps, npz:PATH, '
-                    'tfds:NAME')
+                    'tfds:NAME, digits_domains (covariate shift; --data_dir holds mnist/ and '
+                    'usps/)')
   data_dir: str = _f('', 'directory (or file) holding the local dataset files')
-  partition: str = _f('dirichlet', 'iid, shards, dirichlet, dirichlet_client, quantity or '
-                      'file:PATH (a JSON list of per-client index lists)')
+  partition: str = _f('dirichlet', 'iid, shards, dirichlet, dirichlet_client, quantity, '
+                      'domains (one group of clients per domain) or file:PATH (a JSON list of '
+                      'per-client index lists)')
   classes_per_client: int = _f(2, 'shards: labels per client (s)')
   dirichlet_alpha: float = _f(0.5, 'dirichlet / dirichlet_client / quantity concentration')
   test_partition: str = _f('none', 'split the test set across clients like the train set',

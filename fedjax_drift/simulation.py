@@ -15,7 +15,7 @@ from fedjax_drift import algorithms, engine, metrics, models, personalize, repor
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
-from fedjax_drift.data import federated, partitions, scenarios, sources
+from fedjax_drift.data import domains, federated, partitions, scenarios, sources
 from fedjax_drift.errors import DivergenceError, UserError
 from fedjax_drift.state import ServerState
 
@@ -40,12 +40,26 @@ class Experiment(NamedTuple):
 
 def prepare(config: Config) -> Experiment:
   config.validate()
-  dataset = sources.load(config.dataset, config.data_dir or None)
   algorithms.recipe(config)  # fail on a bad --algo / --local_terms before any work
+  domain_ids = None
+  if config.dataset == 'digits_domains':
+    if not config.data_dir:
+      raise UserError('--dataset=digits_domains needs --data_dir holding mnist/ and usps/')
+    dataset, domain_ids, _ = domains.load_digits_domains(config.data_dir, config.seed)
+  else:
+    dataset = sources.load(config.dataset, config.data_dir or None)
+  if config.partition == 'domains' and domain_ids is None:
+    raise UserError('--partition=domains needs a multi-domain --dataset (digits_domains)')
   dataset, server_data = _hold_out_validation(config, dataset)
-  train_parts = partitions.partition(config.partition, dataset.y_train, config.num_clients,
-                                     config.seed, config.classes_per_client,
-                                     config.dirichlet_alpha)
+  if config.partition == 'domains':
+    if server_data is not None:
+      raise UserError('--partition=domains does not combine with FedGKD-Vote yet')
+    train_parts = domains.domain_partition(domain_ids, config.num_clients,
+                                           np.random.default_rng(config.seed))
+  else:
+    train_parts = partitions.partition(config.partition, dataset.y_train, config.num_clients,
+                                       config.seed, config.classes_per_client,
+                                       config.dirichlet_alpha)
   num_clients = len(train_parts)
   if config.clients_per_round > num_clients:
     raise UserError(f'--clients_per_round={config.clients_per_round} exceeds the '

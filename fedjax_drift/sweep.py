@@ -77,6 +77,9 @@ def run_sweep(config, log=print):
   if config.resume:
     raise UserError('--resume is not supported for --seeds/--grid sweeps')
 
+  if config.dataset == 'digits_domains' or config.partition == 'domains':
+    raise UserError('--dataset=digits_domains / --partition=domains are not supported in '
+                    'sweeps yet; run seeds separately')
   dataset = sources.load(config.dataset, config.data_dir or None)
   recipe = algorithms.recipe(config)
   if 'gkd_vote' in recipe.parts:

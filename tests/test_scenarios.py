@@ -81,3 +81,36 @@ def test_longtail_stateless_refuses_stateful_algorithms(tiny_npz, unequal_partit
                                          local_steps=0, batch_size=4))
   state, metrics = jax.jit(exp.round_fn)(exp.state, exp.data)
   assert np.isfinite(float(metrics['train_loss']))
+
+
+def test_digits_domains_covariate_shift(tmp_path):
+  from fedjax_drift.data import domains
+  from test_sources import _write_idx
+  from fedjax_drift.data.sources import IDX_FILES
+  rng = np.random.default_rng(0)
+  (tmp_path / 'mnist').mkdir()
+  (tmp_path / 'usps').mkdir()
+  mnist = [rng.integers(0, 256, (50, 28, 28)), rng.integers(0, 10, 50),
+           rng.integers(0, 256, (25, 28, 28)), rng.integers(0, 10, 25)]
+  for name, a in zip(IDX_FILES, mnist):
+    _write_idx(tmp_path / 'mnist' / name, a)
+  np.savez(tmp_path / 'usps' / 'usps.npz', x_train=rng.random((12, 16, 16), np.float32),
+           y_train=rng.integers(0, 10, 12), x_test=rng.random((6, 16, 16), np.float32),
+           y_test=rng.integers(0, 10, 6))
+  ds, d_train, d_test = domains.load_digits_domains(str(tmp_path))
+  assert ds.x_train.shape == (62, 28, 28, 1) and ds.x_train.dtype == np.uint8
+  assert set(d_train.tolist()) == set(range(6)) and np.sum(d_train == 1) == 12
+  # The inverted domain holds 255 - x of MNIST images no other domain holds.
+  inv = ds.x_train[d_train == 3][..., 0].astype(int)
+  originals = {im.tobytes() for im in mnist[0].astype(np.uint8)}
+  assert all((255 - im).astype(np.uint8).tobytes() in originals for im in inv)
+  assert not any(im.astype(np.uint8).tobytes() in originals for im in inv)
+  parts = domains.domain_partition(d_train, 12, np.random.default_rng(0))
+  assert all(len(set(d_train[p].tolist())) == 1 for p in parts)
+  with pytest.raises(fedjax_drift.UserError, match='multiple'):
+    domains.domain_partition(d_train, 7, np.random.default_rng(0))
+  exp = fedjax_drift.prepare(fedjax_drift.Config(
+      dataset='digits_domains', data_dir=str(tmp_path), partition='domains', num_clients=6,
+      clients_per_round=3, model='mlp', rounds=1, progress=False))
+  state, _ = jax.jit(exp.round_fn)(exp.state, exp.data)
+  assert int(state.round) == 1
