@@ -19,6 +19,9 @@ from fedjax_drift.state import Client
 
 def head_labels(params):
   """'train' for the last layer's leaves (the classifier), 'freeze' for the rest."""
+  if 'batch_stats' in params:  # a BatchNorm model: {'params': ..., 'batch_stats': ...}
+    return {'params': head_labels(params['params']),
+            'batch_stats': jax.tree.map(lambda _: 'freeze', params['batch_stats'])}
   keys = list(params)
   if 'base' in params:  # a model wrapped with a projection head: the classifier is inside
     return {k: (head_labels(v) if k == 'base' else jax.tree.map(lambda _: 'freeze', v))
@@ -43,9 +46,9 @@ def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
     extra.append(fedadc.self_confidence_kd(kd_lambda, kd_temperature))
 
   def objective(p, batch, ctx):
-    logits = model.apply(p, batch.x)
+    logits = model.apply(p, batch.x)  # evaluation mode: calibration keeps norm statistics
     ce = local.masked_mean(local.cross_entropy(logits, batch.y), batch.mask)
-    return ce + sum(t.loss(p, logits, batch, ctx) for t in extra), ce
+    return ce + sum(t.loss(p, logits, batch, ctx) for t in extra), (ce, None)
 
   def accuracy(p, cid):
     row = test.client_index[cid]

@@ -11,7 +11,8 @@ optimizer and --server_momentum puts SlowMo momentum on an averaging server.
 import dataclasses
 from typing import NamedTuple
 
-from fedjax_drift.algorithms import (fedadc, fedcurv, feddyn, fedfor, fedgkd, fedntd, fedprox,
+from fedjax_drift.algorithms import (fedadc, fedbn, fedcurv, feddyn, fedfor, fedgkd, fedntd,
+                                     fedprox,
                                      fedrs, igfl, local, moon, scaffold,
                                      server_optimizers)
 from fedjax_drift.algorithms.parts import compose
@@ -47,6 +48,7 @@ RECIPES = {
     'fedntd': Recipe(('ntd',), summary='not-true distillation'),
     'fedrs': Recipe(('rs',), summary='restricted softmax'),
     'moon': Recipe(('moon',), summary='model-contrastive term on a projection head'),
+    'fedbn': Recipe(('fedbn',), summary='BatchNorm layers stay local (use a *_bn model)'),
     'fedadam': Recipe(server='adam', weighting='uniform', summary='adaptive server (Adam)'),
     'fedyogi': Recipe(server='yogi', weighting='uniform', summary='adaptive server (Yogi)'),
     'fedadagrad': Recipe(server='adagrad', weighting='uniform',
@@ -54,7 +56,7 @@ RECIPES = {
 }
 NAMES = tuple(RECIPES)
 LOCAL_TERMS = ('fedadc', 'self_kd', 'for', 'gkd', 'gkd_vote', 'igfl_c', 'prox', 'scaffold',
-               'dyn', 'curv', 'ntd', 'rs', 'moon')
+               'dyn', 'curv', 'ntd', 'rs', 'moon', 'fedbn')
 AGGREGATORS = ('mean', 'attention_self', 'attention_global', 'attention_time')
 SERVER_OPTIMIZERS = ('avg', 'slowmo', 'adam', 'yogi', 'adagrad')
 
@@ -152,6 +154,8 @@ def _part(name, c, model, server_data, parts):
     return fedrs.restricted_softmax(c.rs_alpha)
   if name == 'moon':
     return moon.contrastive_term(c.moon_mu, c.moon_temperature, model.features)
+  if name == 'fedbn':
+    return fedbn.local_norms()
   if name.startswith('attention_'):
     return igfl.attention(name[len('attention_'):], c.attention_similarity,
                           c.attention_temperature, 'igfl_c' if 'igfl_c' in parts else None)
@@ -185,4 +189,5 @@ def get(name, config, model, server_data=None):
   else:
     local_opt = local.sgd(config.lr, config.local_momentum, config.weight_decay)
   return compose(config.algo, model.apply, config.lr, local_opt,
-                 _server_optimizer(r.server, config), parts, config.clients_per_round)
+                 _server_optimizer(r.server, config), parts, config.clients_per_round,
+                 model.train_apply if model.has_state else None)

@@ -2,7 +2,9 @@
 
 Shared by every algorithm. The pieces that vary by algorithm come in as pure functions:
 
-  objective(params, batch, ctx) -> (loss, ce)    the local loss (task loss + local terms)
+  objective(params, batch, ctx) -> (loss, (ce, model_state))
+                                                 the local loss (task loss + local terms); the
+                                                 model state (BatchNorm statistics) or None
   lookahead(params, ctx) -> point                where the gradient is evaluated (Nesterov)
   correct(grads, ctx) -> grads                   a local step correction (SCAFFOLD, FedADC, IGFL)
   optimizer                                      optax local optimizer (SGD, momentum, L2)
@@ -39,11 +41,14 @@ def train(params, client, ctx, objective, optimizer, lookahead=None, correct=Non
   def step(s, carry):
     theta, opt_state, loss_sum = carry
     point = theta if lookahead is None else lookahead(theta, ctx)
-    (loss, _), grads = grad_fn(point, client.batch(s), ctx)
+    (loss, (_, model_state)), grads = grad_fn(point, client.batch(s), ctx)
     if correct is not None:
       grads = correct(grads, ctx)
     updates, opt_state = optimizer.update(grads, opt_state, theta)
-    return optax.apply_updates(theta, updates), opt_state, loss_sum + loss
+    theta = optax.apply_updates(theta, updates)
+    if model_state is not None:  # BatchNorm statistics: written, not trained
+      theta = {**theta, **model_state}
+    return theta, opt_state, loss_sum + loss
 
   init = (params, optimizer.init(params), jnp.zeros((), jnp.float32))
   theta, _, loss_sum = jax.lax.fori_loop(0, client.num_steps, step, init)

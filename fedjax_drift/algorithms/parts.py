@@ -56,6 +56,7 @@ class Part(NamedTuple):
   correct(grads, ctx) -> grads             lookahead(params, ctx) -> gradient point
   aggregate(deltas, weights, cohort, buffer) -> pseudo-gradient (at most one part)
   server_update(params, buffer, sctx) -> (params, buffer)
+  start(ctx) -> params where local training starts (default theta_t; FedBN's local norms)
   upload(params) -> extra floats a client sends (beyond its delta)
   """
   name: str
@@ -70,6 +71,7 @@ class Part(NamedTuple):
   aggregate: Optional[Callable] = None
   server_update: Optional[Callable] = None
   upload: Optional[Callable] = None
+  start: Optional[Callable] = None
 
 
 def weighted_mean(deltas, weights):
@@ -83,7 +85,7 @@ def tree_size(tree):
 
 def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.GradientTransformation,
             server_optimizer: optax.GradientTransformation, parts: Sequence[Part] = (),
-            cohort_size: int = 1) -> FederatedAlgorithm:
+            cohort_size: int = 1, train_apply: Optional[Callable] = None) -> FederatedAlgorithm:
   """Builds a FederatedAlgorithm from parts (see the module docstring for the order)."""
   parts = tuple(parts)
   names = [p.name for p in parts]
@@ -106,8 +108,10 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
   def broadcast(params, server):
     return {p.name: p.payload(server.get(p.name), params, server) for p in parts if p.payload}
 
+  forward = train_apply or (lambda params, x: (apply_fn(params, x), None))
+
   def objective(params, batch, ctx):
-    logits = ctx.apply(params, batch.x)
+    logits, model_state = forward(params, batch.x)
     task_logits = logits
     for p in parts:
       if p.logits:
@@ -117,7 +121,7 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
     for p in parts:
       if p.loss:
         total = total + p.loss(params, logits, batch, ctx)
-    return total, ce
+    return total, (ce, model_state)
 
   def correct(grads, ctx):
     for p in parts:
@@ -127,6 +131,9 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
 
   lookahead = lookaheads[0].lookahead if lookaheads else None
   has_correction = any(p.correct for p in parts)
+  starts = [p for p in parts if p.start]
+  if len(starts) > 1:
+    raise ValueError(f'at most one start hook, got {[p.name for p in starts]}')
 
   def client_update(params, payload, client_state, client, key):
     del key  # local randomness comes through client.batch
@@ -136,7 +143,8 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
     return _client_update(ctx, client)
 
   def _client_update(ctx, client):
-    theta, loss = local.train(ctx.global_params, client, ctx, objective, local_optimizer,
+    theta0 = starts[0].start(ctx) if starts else ctx.global_params
+    theta, loss = local.train(theta0, client, ctx, objective, local_optimizer,
                               lookahead, correct if has_correction else None)
     delta = jax.tree.map(jnp.subtract, ctx.global_params, theta)
     new_state = {p.name: p.client_final(ctx, delta) for p in parts if p.client_final}

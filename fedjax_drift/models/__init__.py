@@ -17,6 +17,11 @@ class Model(NamedTuple):
   apply: Callable[[Any, jax.Array], jax.Array]  # (params, x float32) -> logits
   input_shape: tuple
   features: Callable = None  # (params, x) -> (logits, representation); the projection if any
+  # Training-mode forward: (params, x) -> (logits, new model state or None). Models with
+  # BatchNorm carry {'params', 'batch_stats'} as their "params" pytree; the new state holds
+  # the updated batch statistics, which local training writes back after each step.
+  train_apply: Callable = None
+  has_state: bool = False
 
 
 def get(name, num_classes, input_shape, init='default', projection_dim=0):
@@ -35,20 +40,35 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0):
   if projection_dim:
     module = WithProjection(module, projection_dim)
 
+  has_state = name.endswith('_bn')
+  if has_state and projection_dim:
+    raise UserError(f'--model={name} (BatchNorm) does not combine with a projection head yet')
+
   def init_fn(key):
-    params = module.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32),
-                         return_features=True)['params']
+    variables = module.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32),
+                            return_features=True)
+    params = dict(variables) if has_state else variables['params']
     if init == 'zeros':
       params = jax.tree.map(jnp.zeros_like, params)
     return params
 
+  def variables(params):
+    return params if has_state else {'params': params}
+
   def apply_fn(params, x):
-    return module.apply({'params': params}, x)
+    return module.apply(variables(params), x)
 
   def features_fn(params, x):
-    return module.apply({'params': params}, x, return_features=True)
+    return module.apply(variables(params), x, return_features=True)
 
-  return Model(name, family, init_fn, apply_fn, tuple(input_shape), features_fn)
+  def train_apply(params, x):
+    if not has_state:
+      return apply_fn(params, x), None
+    logits, updates = module.apply(params, x, train=True, mutable=['batch_stats'])
+    return logits, dict(updates)
+
+  return Model(name, family, init_fn, apply_fn, tuple(input_shape), features_fn, train_apply,
+               has_state)
 
 
 def num_params(params):

@@ -70,6 +70,36 @@ class CNNCifar(nn.Module):
     return (logits, x) if return_features else logits
 
 
+class MLPBN(nn.Module):
+  """The MLP with BatchNorm after each hidden layer (for FedBN)."""
+  num_classes: int
+  hidden: Sequence[int] = (200, 200)
+
+  @nn.compact
+  def __call__(self, x, return_features=False, train=False):
+    x = x.reshape(x.shape[0], -1)
+    for i, h in enumerate(self.hidden):
+      x = nn.Dense(h, name=f'dense{i}')(x)
+      x = nn.relu(nn.BatchNorm(use_running_average=not train, momentum=0.9, name=f'bn{i}')(x))
+    logits = nn.Dense(self.num_classes, name='head')(x)
+    return (logits, x) if return_features else logits
+
+
+class CNNMnistBN(nn.Module):
+  """McMahan et al.'s CNN with BatchNorm after each conv (conv -> BN -> ReLU -> pool)."""
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x, return_features=False, train=False):
+    for i, width in enumerate((32, 64)):
+      x = Conv(width, 5, use_bias=False, name=f'conv{i + 1}')(x)
+      x = nn.BatchNorm(use_running_average=not train, momentum=0.9, name=f'bn{i + 1}')(x)
+      x = max_pool_2x2(nn.relu(x))
+    x = nn.relu(nn.Dense(512, name='fc1')(x.reshape(x.shape[0], -1)))
+    logits = nn.Dense(self.num_classes, name='head')(x)
+    return (logits, x) if return_features else logits
+
+
 def _group_norm(name, channels):
   return nn.GroupNorm(num_groups=min(32, channels) if channels % 32 == 0 else 2, name=name)
 
@@ -144,6 +174,8 @@ MODELS = {
     'mlp': (MLP, 'dense'),
     'cnn_mnist': (CNNMnist, 'conv'),
     'cnn_cifar': (CNNCifar, 'conv'),
+    'mlp_bn': (MLPBN, 'dense'),
+    'cnn_mnist_bn': (CNNMnistBN, 'conv'),
     'resnet8': (resnet8, 'conv'),
     'resnet18': (resnet18, 'conv'),
     'resnet20': (resnet20, 'conv'),

@@ -1,0 +1,51 @@
+"""FedBN (Li et al., 2021): BatchNorm parameters and statistics stay local.
+
+Each client keeps its own norm layers (scale, bias and running statistics) as per-client
+state. Local training starts from the global model with the client's own norm layers put
+in (the global ones until it first takes part), and the client stores its norm layers at
+the end. The server averages every update as usual. The averaged norm layers are never sent
+back to a client that has its own; they serve only the global model's evaluation.
+Norm layers are the leaves under 'batch_stats' and under modules whose name starts with
+'bn'.
+"""
+import jax
+import jax.numpy as jnp
+
+from fedjax_drift.algorithms.parts import Part
+
+
+def is_norm_leaf(path):
+  names = [str(getattr(k, 'key', k)) for k in path]
+  return names[0] == 'batch_stats' or any(n.startswith('bn') for n in names)
+
+
+def norm_leaves(params):
+  """The norm layers' leaves, in tree order (the per-client state)."""
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  return [leaf for path, leaf in flat if is_norm_leaf(path)]
+
+
+def with_norm_leaves(params, norms):
+  """params with its norm leaves replaced, in tree order, by `norms`."""
+  flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+  it = iter(norms)
+  return jax.tree_util.tree_unflatten(
+      treedef, [next(it) if is_norm_leaf(path) else leaf for path, leaf in flat])
+
+
+def local_norms():
+  def start(ctx):
+    own = ctx.state['fedbn']
+    mine = [jnp.where(own['seen'], o, g) for o, g in zip(own['norms'],
+                                                         norm_leaves(ctx.global_params))]
+    return with_norm_leaves(ctx.global_params, mine)
+
+  def client_final(ctx, delta):
+    final = jax.tree.map(jnp.subtract, ctx.global_params, delta)
+    return {'norms': norm_leaves(final), 'seen': jnp.ones((), bool)}
+
+  def init_client(params):
+    return {'norms': [jnp.zeros_like(x) for x in norm_leaves(params)],
+            'seen': jnp.zeros((), bool)}
+
+  return Part('fedbn', init_client=init_client, start=start, client_final=client_final)
