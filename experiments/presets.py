@@ -215,21 +215,7 @@ def _table(results, preset):
 
 
 def _plot(path, rows, title):
-  plt = report._figure()  # pylint: disable=protected-access
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for r in rows:
-    t = [c[0] for c in r['curve']]
-    m = np.array([c[1] for c in r['curve']])
-    s = np.array([c[2] for c in r['curve']])
-    ax.plot(t, m, label=r['method'])
-    ax.fill_between(t, m - s, m + s, alpha=0.15)
-  ax.set_title(title, fontsize=9)
-  ax.set_xlabel('round')
-  ax.set_ylabel('test accuracy (mean ± std over seeds)')
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=7)
-  report._save(fig, path)  # pylint: disable=protected-access
-  plt.close(fig)
+  report.plot_mean_curves(path, {r['method']: tuple(zip(*r['curve'])) for r in rows}, title)
 
 
 def main():

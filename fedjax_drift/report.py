@@ -96,3 +96,20 @@ def plot_drift(path, rows):
     ax.grid(alpha=0.3)
   _save(fig, path)
   plt.close(fig)
+
+
+def plot_mean_curves(path, curves, title, ylabel='test accuracy (mean ± std over seeds)'):
+  """curves: {label: (rounds, mean, std)}; one line with a ±std band each."""
+  plt = _figure()
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for label, (rounds, mean, std) in curves.items():
+    mean, std = np.asarray(mean), np.asarray(std)
+    ax.plot(rounds, mean, label=label)
+    ax.fill_between(rounds, mean - std, mean + std, alpha=0.15)
+  ax.set_title(title, fontsize=9)
+  ax.set_xlabel('round')
+  ax.set_ylabel(ylabel)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7)
+  _save(fig, path)
+  plt.close(fig)

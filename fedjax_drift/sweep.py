@@ -215,18 +215,11 @@ def run_sweep(config, log=print):
 
 
 def _plot(path, rows, points, config):
-  plt = report._figure()  # pylint: disable=protected-access
-  fig, ax = plt.subplots(figsize=(6, 4))
+  curves = {}
   for p in points:
     mine = [r for r in rows if all(r[k] == v for k, v in p.items())]
     rounds = sorted({r['round'] for r in mine})
     acc = np.array([[r['test_accuracy'] for r in mine if r['round'] == t] for t in rounds])
     label = ', '.join(f'{k}={v:g}' for k, v in p.items()) or config.algo
-    ax.plot(rounds, acc.mean(1), label=label)
-    ax.fill_between(rounds, acc.mean(1) - acc.std(1), acc.mean(1) + acc.std(1), alpha=0.2)
-  ax.set_xlabel('round')
-  ax.set_ylabel('test accuracy (mean +- std over seeds)')
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
-  report._save(fig, path)  # pylint: disable=protected-access
-  plt.close(fig)
+    curves[label] = (rounds, acc.mean(1), acc.std(1))
+  report.plot_mean_curves(path, curves, f'{config.algo}: {len(points)} grid point(s)')

@@ -36,3 +36,11 @@ def cohort_and_batches(exp, state=None, extra_steps=0):
     batches[int(cid)] = [tuple(np.asarray(a) for a in fn(s))
                          for s in range(int(steps[cid]) + extra_steps)]
   return ids, counts, batches
+
+
+def run_rounds(exp, rounds):
+  """The engine's state after `rounds` compiled rounds from exp.state."""
+  state, step = exp.state, jax.jit(exp.round_fn)
+  for _ in range(rounds):
+    state = step(state, exp.data)[0]
+  return state

@@ -13,7 +13,7 @@ import pytest
 
 import fedjax_drift
 from fedjax_drift.algorithms import igfl
-from helpers import cohort_and_batches, tiny_config
+from helpers import cohort_and_batches, run_rounds, tiny_config
 from reference import LogReg, flat, onehot, softmax
 
 LR = 0.1
@@ -351,11 +351,7 @@ def test_attention_softmax_finite_for_huge_dot_products():
 
 
 def _fedavg_params(tiny_npz, unequal_partition, rounds=3, **overrides):
-  exp = make(tiny_npz, unequal_partition, 'fedavg', **overrides)
-  state, step = exp.state, jax.jit(exp.round_fn)
-  for _ in range(rounds):
-    state = step(state, exp.data)[0]
-  return state.params
+  return run_rounds(make(tiny_npz, unequal_partition, 'fedavg', **overrides), rounds).params
 
 
 @pytest.mark.parametrize('algo,knob_off', [
@@ -372,10 +368,7 @@ def _fedavg_params(tiny_npz, unequal_partition, rounds=3, **overrides):
     ('igfl', dict(igfl_group=0.0, attention_temperature=1e30, weighting='uniform')),
 ])
 def test_reduces_to_fedavg_when_knob_off(tiny_npz, unequal_partition, algo, knob_off):
-  exp = make(tiny_npz, unequal_partition, algo, clients_per_round=2, **knob_off)
-  state, step = exp.state, jax.jit(exp.round_fn)
-  for _ in range(3):
-    state = step(state, exp.data)[0]
+  state = run_rounds(make(tiny_npz, unequal_partition, algo, clients_per_round=2, **knob_off), 3)
   reference = _fedavg_params(tiny_npz, unequal_partition, clients_per_round=2,
                              weighting=knob_off.get('weighting', 'examples'))
   chex.assert_trees_all_close(state.params, reference, atol=1e-6, rtol=1e-6)
@@ -390,9 +383,6 @@ def test_vmap_equals_sequential(tiny_npz, unequal_partition, algo):
   for parallelism in ('vmap', 'sequential'):
     exp = make(tiny_npz, unequal_partition, algo, model='mlp', clients_per_round=3,
                client_parallelism=parallelism, attention='time')
-    state, step = exp.state, jax.jit(exp.round_fn)
-    for _ in range(3):
-      state = step(state, exp.data)[0]
-    out.append(state)
+    out.append(run_rounds(exp, 3))
   chex.assert_trees_all_close(out[0].params, out[1].params, atol=1e-5, rtol=1e-5)
   chex.assert_trees_all_close(out[0].clients, out[1].clients, atol=1e-5, rtol=1e-5)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from helpers import cohort_and_batches
+from helpers import cohort_and_batches, run_rounds
 from reference import LogReg, flat, onehot, softmax
 from test_algorithms import LR, local_sgd, make, run_lockstep, weights
 
@@ -208,18 +208,19 @@ def test_fedcurv(tiny_npz, unequal_partition):
                                err_msg=f'round {r + 1}')
 
 
+def _params(tiny_npz, unequal_partition, name, rounds, **kw):
+  exp = make(tiny_npz, unequal_partition, name, clients_per_round=2, weighting='uniform', **kw)
+  return run_rounds(exp, rounds).params
+
+
 @pytest.mark.parametrize('algo,knob', [('fedcurv', dict(curv_lambda=5.0)),
                                        ('fedprox', dict(prox_mu=0.5)),
                                        ('scaffold', dict()), ('feddyn', dict(dyn_alpha=0.3))])
 def test_term_matters(tiny_npz, unequal_partition, algo, knob):
   """Dropping the mechanism changes the result (so the tests above can see it)."""
-  def params(name, **kw):
-    exp = make(tiny_npz, unequal_partition, name, clients_per_round=2, weighting='uniform', **kw)
-    state, step = exp.state, jax.jit(exp.round_fn)
-    for _ in range(4):
-      state = step(state, exp.data)[0]
-    return flat(state.params)
-  assert np.abs(params(algo, **knob) - params('fedavg')).max() > 1e-4
+  on = flat(_params(tiny_npz, unequal_partition, algo, 4, **knob))
+  off = flat(_params(tiny_npz, unequal_partition, 'fedavg', 4))
+  assert np.abs(on - off).max() > 1e-4
 
 
 @pytest.mark.parametrize('algo,knob_off', [
@@ -230,13 +231,9 @@ def test_term_matters(tiny_npz, unequal_partition, algo, knob):
     ('fedrs', dict(rs_alpha=1.0)),
 ])
 def test_baseline_reduces_to_fedavg(tiny_npz, unequal_partition, algo, knob_off):
-  def params(name, **kw):
-    exp = make(tiny_npz, unequal_partition, name, clients_per_round=2, weighting='uniform', **kw)
-    state, step = exp.state, jax.jit(exp.round_fn)
-    for _ in range(3):
-      state = step(state, exp.data)[0]
-    return state.params
-  chex.assert_trees_all_close(params(algo, **knob_off), params('fedavg'), atol=1e-6, rtol=1e-6)
+  chex.assert_trees_all_close(_params(tiny_npz, unequal_partition, algo, 3, **knob_off),
+                              _params(tiny_npz, unequal_partition, 'fedavg', 3),
+                              atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize('algo', ['scaffold', 'feddyn', 'fedcurv', 'fedntd', 'fedadam'])
@@ -245,9 +242,6 @@ def test_vmap_equals_sequential(tiny_npz, unequal_partition, algo):
   for parallelism in ('vmap', 'sequential'):
     exp = make(tiny_npz, unequal_partition, algo, model='mlp', clients_per_round=3,
                client_parallelism=parallelism, server_lr=0.1 if algo == 'fedadam' else 1.0)
-    state, step = exp.state, jax.jit(exp.round_fn)
-    for _ in range(3):
-      state = step(state, exp.data)[0]
-    out.append(state)
+    out.append(run_rounds(exp, 3))
   chex.assert_trees_all_close(out[0].params, out[1].params, atol=1e-5, rtol=1e-5)
   chex.assert_trees_all_close(out[0].clients, out[1].clients, atol=1e-5, rtol=1e-5)
