@@ -180,6 +180,16 @@ def run(config: Config, log=print) -> dict:
     raise UserError(f'--out={run_dir} already exists; pass --overwrite to replace it')
   exp = prepare(config)
   cfg, ds = exp.config, exp.dataset
+  # Compile the segment ahead of time and ask XLA what it needs, before writing anything.
+  t_compile = time.perf_counter()
+  segment = engine.make_segment(exp.round_fn, cfg.eval_every).lower(
+      exp.state, exp.data, jnp.int32(cfg.eval_every)).compile()
+  compile_s = time.perf_counter() - t_compile
+  need, available = _memory_need(segment), _available_memory()
+  if available and need > 0.9 * available:
+    raise UserError(f'this run needs about {need / 1e9:.1f} GB (XLA\'s estimate for one '
+                    f'segment) but {available / 1e9:.1f} GB is available; lower '
+                    f'--cohort_chunk (now {exp.chunk}), --clients_per_round or --batch_size')
   if not config.resume and os.path.exists(run_dir) and config.overwrite:
     shutil.rmtree(run_dir)
   os.makedirs(run_dir, exist_ok=True)
@@ -203,6 +213,9 @@ def run(config: Config, log=print) -> dict:
   log(f'local work: up to {exp.max_local_steps} steps per client per round; per-client state '
       f'{n_clients} clients x {client_state_bytes // max(n_clients, 1):,} bytes = '
       f'{client_state_bytes:,} bytes; run directory {run_dir}')
+  log(f'memory estimate (XLA, one segment): {need / 1e9:.2f} GB'
+      + (f' of {available / 1e9:.1f} GB available' if available else '')
+      + f'; compiled in {compile_s:.1f}s')
 
   resolved = dataclasses.asdict(cfg)
   resolved.update(out=run_dir, resume=False, _resolved={
@@ -224,7 +237,6 @@ def run(config: Config, log=print) -> dict:
     if cfg.scenario == 'concept_shift':  # test labels under the current concept
       y = scenario.relabel(scenario_state, y)
     return evaluate_raw(params, x, y)
-  segment = engine.make_segment(exp.round_fn, cfg.eval_every)
   checkpoint_every = cfg.checkpoint_every or cfg.eval_every
 
   if resuming:
@@ -247,14 +259,14 @@ def run(config: Config, log=print) -> dict:
   bar = _progress(cfg.rounds, cfg.progress)
   if bar is not None:
     bar.update(min(done, cfg.rounds))
-  t_start, compile_s, rounds_run = time.perf_counter(), None, 0
+  t_start, first_segment_s, rounds_run = time.perf_counter(), None, 0
   while done < cfg.rounds:
     n = min(cfg.eval_every, cfg.rounds - done)
     t0 = time.perf_counter()
-    state, seg_metrics = segment(state, data, n)
+    state, seg_metrics = segment(state, data, jnp.int32(n))
     seg_metrics = jax.device_get(seg_metrics)
-    if compile_s is None:
-      compile_s = time.perf_counter() - t0  # first segment: compile + run
+    if first_segment_s is None:
+      first_segment_s = time.perf_counter() - t0
     bad = np.flatnonzero(~np.asarray(seg_metrics['finite'][:n], bool))
     if bad.size:
       r = done + int(bad[0]) + 1
@@ -291,16 +303,17 @@ def run(config: Config, log=print) -> dict:
   accs = [r['test_accuracy'] for r in eval_rows]
   summary = metrics.summarize(rounds, accs, [r['test_loss'] for r in eval_rows], cfg.rounds,
                               cfg.target_accuracy)
-  steady = wall - (compile_s or 0.0)
+  steady = wall - (first_segment_s or 0.0)
   first = min(cfg.eval_every, rounds_run)
   summary.update({
       'algo': cfg.algo, 'dataset': ds.name, 'rounds': cfg.rounds,
       'communication_floats_per_client': comm,
       'communication_floats_per_round': {k: v * cfg.clients_per_round for k, v in comm.items()},
-      'wall_time_s': wall, 'first_segment_s': compile_s,
+      'wall_time_s': wall, 'compile_s': compile_s, 'first_segment_s': first_segment_s,
+      'memory_estimate_bytes': need,
       'rounds_per_s_after_first_segment': ((rounds_run - first) / steady
                                            if steady > 0 and rounds_run > first else None),
-      'segment_compilations': segment._cache_size(),  # pylint: disable=protected-access
+      'segment_compilations': 1,  # compiled ahead of time above; every segment reuses it
       'cohort_chunk': exp.chunk, 'strategy': exp.strategy,
       'per_client_state_bytes': client_state_bytes,
       'run_dir': run_dir,
@@ -319,6 +332,28 @@ def run(config: Config, log=print) -> dict:
       f'{cfg.target_accuracy:.0%}: {summary["rounds_to_target"]}, {wall:.1f}s '
       f'-> {run_dir}')
   return summary
+
+
+def _memory_need(compiled):
+  stats = compiled.memory_analysis()
+  if stats is None:
+    return 0
+  peak = getattr(stats, 'peak_memory_in_bytes', 0)
+  total = (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
+           - stats.alias_size_in_bytes)
+  return int(max(peak, total))
+
+
+def _available_memory():
+  """Bytes the OS reports available (Linux), or 0 when unknown."""
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemAvailable:'):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return 0
 
 
 RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out')

@@ -99,3 +99,13 @@ def test_no_temporary_files_left(tiny_npz, unequal_partition, tmp_path):
                    log=lambda *_: None)
   leftovers = [f for f in os.listdir(tmp_path / 'r') if '.tmp' in f]
   assert leftovers == []
+
+
+def test_preflight_refuses_what_cannot_fit(tiny_npz, unequal_partition, tmp_path, monkeypatch):
+  from fedjax_drift import simulation
+  monkeypatch.setattr(simulation, '_available_memory', lambda: 1000)
+  out = tmp_path / 'r'
+  with pytest.raises(fedjax_drift.UserError, match='needs about'):
+    fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, out=str(out)),
+                     log=lambda *_: None)
+  assert not out.exists()
