@@ -11,6 +11,7 @@ experiments/results/<preset>-<mode>/: table.md, results.json, and one accuracy p
 scenario. Tuning and reporting use the same seeds and the test split, as the papers tune.
 """
 import argparse
+import csv
 import dataclasses
 import json
 import os
@@ -156,7 +157,6 @@ def _serial_sweep(values, seeds, lrs):
       cfg = fedjax_drift.Config(**{k: v for k, v in dict(values, lr=lr, seed=s, out=out).items()
                                    if k in _FIELDS})
       summ = fedjax_drift.run(cfg, log=lambda *_: None)
-      import csv  # pylint: disable=g-import-not-at-top
       rows = list(csv.DictReader(open(os.path.join(out, 'metrics.csv'))))
       per_seed.append((summ, [(int(r['round']), float(r['test_accuracy'])) for r in rows]))
     stat = lambda k: {'mean': float(np.mean([p[0][k] for p in per_seed])),
@@ -179,7 +179,6 @@ def _curve(summary, point):
     rounds = [r for r, _ in curves[0]]
     acc = np.array([[a for _, a in c] for c in curves])
   else:
-    import csv  # pylint: disable=g-import-not-at-top
     rows = [r for r in csv.DictReader(open(os.path.join(summary['run_dir'], 'runs.csv')))
             if all(abs(float(r[k]) - v) < 1e-12 for k, v in point.items())]
     rounds = sorted({int(r['round']) for r in rows})

@@ -36,6 +36,7 @@ class Experiment(NamedTuple):
   chunk: int
   strategy: str
   server_data: Any           # FedGKD-Vote's validation split, or None
+  scenario: Any              # data/scenarios.Scenario
 
 
 def prepare(config: Config) -> Experiment:
@@ -74,9 +75,7 @@ def prepare(config: Config) -> Experiment:
                      algorithms.projection_dim(config))
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
-  scenario = scenarios.get(config.scenario, dataset.num_classes, dataset.y_train,
-                           config.concept_shift_prob, config.client_fraction,
-                           config.imbalance_ratio)
+  scenario = scenarios.from_config(config, dataset)
   counts = np.array([len(p) for p in train_parts])
   if scenario.fresh_cohort is not None:
     counts = np.array([scenario.max_examples])
@@ -100,7 +99,8 @@ def prepare(config: Config) -> Experiment:
                                algorithms.weighting(config), chunk, config.cohort_sampler,
                                config.devices, scenario)
   return Experiment(config, dataset, train_parts, test_parts, model, algo, data, state,
-                    round_fn, schedule, max_local_steps, chunk, strategy, server_data)
+                    round_fn, schedule, max_local_steps, chunk, strategy, server_data,
+                    scenario)
 
 
 def _check_cover_possible(config, dataset, parts):
@@ -231,12 +231,10 @@ def run(config: Config, log=print) -> dict:
 
   evaluate_raw = engine.make_evaluator(exp.model.apply, cfg.eval_batch_size)
   x_test, y_test = jnp.asarray(ds.x_test), jnp.asarray(ds.y_test)
-  scenario = scenarios.get(cfg.scenario, ds.num_classes, ds.y_train, cfg.concept_shift_prob)
 
-  def evaluate(params, x, y, scenario_state=None):
-    if cfg.scenario == 'concept_shift':  # test labels under the current concept
-      y = scenario.relabel(scenario_state, y)
-    return evaluate_raw(params, x, y)
+  def evaluate(params, x, y, scenario_state):
+    # Test labels under the current concept (concept shift); other scenarios keep them.
+    return evaluate_raw(params, x, exp.scenario.relabel(scenario_state, y))
   checkpoint_every = cfg.checkpoint_every or cfg.eval_every
 
   if resuming:

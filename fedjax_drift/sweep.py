@@ -96,9 +96,7 @@ def run_sweep(config, log=print):
   model = models.get(config.model, dataset.num_classes, dataset.x_train.shape[1:], config.init,
                      algorithms.projection_dim(config))
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
-  scenario = scenarios.get(config.scenario, dataset.num_classes, dataset.y_train,
-                           config.concept_shift_prob, config.client_fraction,
-                           config.imbalance_ratio)
+  scenario = scenarios.from_config(config, dataset)
   max_steps = max(engine.max_steps(np.asarray(t.client_count), schedule)
                   for t in tables.values())
   if scenario.fresh_cohort is not None:

@@ -82,6 +82,12 @@ def longtail_stateless(y_train, num_classes, fraction=0.1, ratio=0.01):
                   relabel=lambda s, y: y, fresh_cohort=fresh_cohort, max_examples=width)
 
 
+def from_config(config, dataset):
+  """The scenario a run's flags ask for, over its training labels."""
+  return get(config.scenario, dataset.num_classes, dataset.y_train, config.concept_shift_prob,
+             config.client_fraction, config.imbalance_ratio)
+
+
 def get(name, num_classes, y_train, concept_shift_prob=0.05, fraction=0.1, ratio=0.01):
   if name == 'static':
     return static()
