@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift.data.federated import FederatedData, to_float
+from fedjax_drift.data import shuffle
 from fedjax_drift.state import Batch, Client, Cohort, FederatedAlgorithm, ServerState
 
 
@@ -64,8 +65,10 @@ def choose_parallelism(requested, family, backend, cohort_size, chunk=0):
 
 
 def make_batch_fn(data: FederatedData, row, count, key, batch_size, spe, relabel=None):
-  """step -> Batch for the client whose examples are row[:count]: per-epoch reshuffles, the
-  last partial batch masked. relabel maps labels (a scenario's current concept)."""
+  """step -> Batch for the client whose examples are row[:count]: every epoch visits each
+  example once in a fresh shuffled order, the last partial batch masked. The order is read
+  at the batch's B positions only (data/shuffle.py), never sorted. relabel maps labels (a
+  scenario's current concept)."""
   max_n = row.shape[0]
   relabel = relabel or (lambda y: y)
   if batch_size == 0:
@@ -75,17 +78,13 @@ def make_batch_fn(data: FederatedData, row, count, key, batch_size, spe, relabel
       return Batch(to_float(data.x[row]), relabel(data.y[row]), mask)
     return full_batch
 
-  padded = -(-max_n // batch_size) * batch_size
-  valid = jnp.arange(max_n) < count
+  seed = jax.random.bits(key, (), jnp.uint32)
 
   def batch(step):
     epoch, b = step // spe, step % spe
-    noise = jax.random.uniform(jax.random.fold_in(key, epoch), (max_n,))
-    perm = jnp.argsort(jnp.where(valid, noise, 2.0))  # this epoch's order; padding last
-    perm = jnp.pad(perm, (0, padded - max_n))
-    pos = jax.lax.dynamic_slice(perm, (b * batch_size,), (batch_size,))
-    mask = ((b * batch_size + jnp.arange(batch_size)) < count).astype(jnp.float32)
-    idx = row[pos]
+    position = b * batch_size + jnp.arange(batch_size)  # in this epoch's shuffled order
+    idx = row[shuffle.index_shuffle(position, count, shuffle.derive_seed(seed, epoch))]
+    mask = (position < count).astype(jnp.float32)  # the epoch's last batch may be partial
     return Batch(to_float(data.x[idx]), relabel(data.y[idx]), mask)
 
   return batch
