@@ -108,6 +108,8 @@ class Config:
                                ('auto', 'vmap', 'sequential'))
   cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism')
   devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)')
+  memory_budget_gb: float = _f(0.0, 'refuse to start if XLA estimates one segment needs more '
+                               'than this (0 = 90% of the memory available now)')
   seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program')
   grid: str = _f('', "sweep float hyperparameters in the same program, e.g. "
                  "'lr:0.01,0.05;beta:0.8,0.9' (the cartesian product)")
@@ -148,6 +150,8 @@ class Config:
                  'classes_per_client'):
       if getattr(self, name) < 0:
         raise UserError(f'--{name}={getattr(self, name)} must be >= 0')
+    if not (math.isfinite(self.memory_budget_gb) and self.memory_budget_gb >= 0):
+      raise UserError(f'--memory_budget_gb={self.memory_budget_gb} must be a number >= 0')
     for name in ('lr', 'server_lr', 'dirichlet_alpha'):
       value = getattr(self, name)
       if not (math.isfinite(value) and value > 0):

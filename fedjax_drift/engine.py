@@ -1,13 +1,15 @@
 """The compiled simulator: rounds as pure functions, segments of rounds in one `lax.scan`.
 
 The engine knows nothing about any algorithm: it samples a cohort, gathers each client's
-state and data, maps `algo.client_update` over the cohort, hands the stacked results to
+state and data, maps `algo.client_update` over the cohort, hands the results to
 `algo.server_update`, and scatters the new per-client state back. One compiled program runs a
 whole segment of rounds; the host wakes only between segments.
 
 Client parallelism: the cohort is processed `cohort_chunk` clients at a time. Inside a chunk
-clients are vmapped; chunks run one after another (`lax.map` with `batch_size`). chunk=1 is
-fully sequential, chunk=K fully vmapped. On this CPU, vmapping conv layers over clients is
+clients are vmapped; chunks run one after another in a `lax.scan` that adds each chunk's
+weighted deltas to a running sum, so the aggregate never needs the [K, P] stack of deltas
+(unless the algorithm asks for it: `needs_client_deltas`). chunk=1 is fully sequential,
+chunk=K fully vmapped. On this CPU, vmapping conv layers over clients is
 several times slower than running them one by one (benchmarks/), so `auto` picks sequential
 for conv models on CPU and vmap otherwise.
 
@@ -146,35 +148,77 @@ def _scatter(tree, ids, values):
   return jax.tree.map(lambda a, v: a.at[ids].set(v), tree, values)
 
 
-def _per_client_dot(a, b):
-  """sum over parameters of a_i * b_i, per client; leaves are [K, ...]."""
-  return sum(jnp.sum((x * y).reshape(x.shape[0], -1), axis=1)
-             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+def _tree_norm(tree):
+  return jnp.sqrt(sum(jnp.sum(x * x) for x in jax.tree.leaves(tree)))
 
 
-def drift_diagnostics(deltas, losses, weights):
-  """Per-round measures of client drift, leaf by leaf (no [K, P] concatenation in memory)."""
-  sq_norms = _per_client_dot(deltas, deltas)
-  mean = jax.tree.map(lambda d: jnp.mean(d, axis=0), deltas)
-  mean_norm = jnp.sqrt(sum(jnp.sum(m * m) for m in jax.tree.leaves(mean)))
-  dots = sum(jnp.sum((d * m[None]).reshape(d.shape[0], -1), axis=1)
-             for d, m in zip(jax.tree.leaves(deltas), jax.tree.leaves(mean)))
-  norms = jnp.sqrt(sq_norms)
+def _tree_dot(a, b):
+  return sum(jnp.sum(x * y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def client_summands(delta, weight):
+  """What the round sums over clients: the weighted delta (the aggregate), the plain delta
+  and the unit-norm delta (for the drift diagnostics). Returns (summands, |delta|^2)."""
+  sq_norm = _tree_dot(delta, delta)
+  inv_norm = 1.0 / jnp.maximum(jnp.sqrt(sq_norm), 1e-30)
+  summands = {'weighted': jax.tree.map(lambda d: weight * d, delta), 'plain': delta,
+              'unit': jax.tree.map(lambda d: inv_norm * d, delta)}
+  return summands, sq_norm
+
+
+def drift_diagnostics(sums, sq_norms, losses, weights):
+  """Per-round measures of client drift, from sums over the cohort (one pass, no [K, P]).
+
+  update_cosine = mean_i <d_i, m> / (|d_i| |m|) = <sum_i d_i / |d_i|, m> / (K |m|), with m the
+  plain mean of the deltas.
+  """
+  k = sq_norms.shape[0]
+  mean = jax.tree.map(lambda s: s / k, sums['plain'])
+  mean_norm = _tree_norm(mean)
   return {
-      'update_norm': jnp.mean(norms),
+      'update_norm': jnp.mean(jnp.sqrt(sq_norms)),
       'mean_update_norm': mean_norm,
-      'update_cosine': jnp.mean(dots / jnp.maximum(norms * mean_norm, 1e-30)),
+      'update_cosine': _tree_dot(sums['unit'], mean) / jnp.maximum(k * mean_norm, 1e-30),
       'client_loss_std': jnp.std(losses),
       'train_loss': jnp.sum(weights * losses),
-  }, sq_norms
+  }
 
 
-def map_clients(fn, args, chunk):
-  """fn over the leading (cohort) axis of args: vmapped in chunks of `chunk`, chunks in turn."""
+def map_reduce_clients(fn, args, chunk):
+  """fn(args_i) -> (summand_i, output_i) over the leading (cohort) axis of args.
+
+  Returns (sum_i summand_i, outputs stacked on [K]). Chunks of `chunk` clients are vmapped
+  and run one after another; each chunk's summands are added to a running total as it ends,
+  so K model-sized summands never exist at once (memory is bounded by the chunk, not K).
+  """
   size = jax.tree.leaves(args)[0].shape[0]
   if chunk >= size:
-    return jax.vmap(fn)(args)
-  return jax.lax.map(fn, args, batch_size=chunk if chunk > 1 else None)
+    summands, outputs = jax.vmap(fn)(args)
+    return jax.tree.map(lambda s: jnp.sum(s, axis=0), summands), outputs
+  # chunk 1 is plain sequential: no vmap of width 1, so convs stay unbatched.
+  run = fn if chunk == 1 else lambda a: _sum_leading(jax.vmap(fn)(a))
+  first = jax.tree.map(lambda a: a[0], args)
+  zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, first)[0])
+  full = size // chunk * chunk
+
+  def body(total, chunk_args):
+    summand, outputs = run(chunk_args)
+    return jax.tree.map(jnp.add, total, summand), outputs
+
+  chunks = jax.tree.map(lambda a: a[:full].reshape((size // chunk, chunk) + a.shape[1:]), args)
+  total, outputs = jax.lax.scan(body, zero, args if chunk == 1 else chunks)
+  if chunk > 1:
+    outputs = jax.tree.map(lambda o: o.reshape((full,) + o.shape[2:]), outputs)
+  if full < size:  # the last, narrower chunk
+    rest_sum, rest_out = _sum_leading(jax.vmap(fn)(jax.tree.map(lambda a: a[full:], args)))
+    total = jax.tree.map(jnp.add, total, rest_sum)
+    outputs = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), outputs, rest_out)
+  return total, outputs
+
+
+def _sum_leading(result):
+  summands, outputs = result
+  return jax.tree.map(lambda s: jnp.sum(s, axis=0), summands), outputs
 
 
 def client_mesh(devices: int):
@@ -223,37 +267,46 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     num_steps = client_steps(counts, schedule).astype(jnp.int32)
     spe = steps_per_epoch(counts, schedule.batch_size)
 
-    def one_client(params, payload, data, client_key, concept, args):
-      cid, row, count, hist, steps, spe_i, cstate = args
-      key = jax.random.fold_in(client_key, cid)
-      client = Client(cid, count, steps, max_local_steps, hist,
-                      make_batch_fn(data, row, count, key, schedule.batch_size, spe_i,
-                                    lambda y: scenario.relabel(concept, y)))
-      return algo.client_update(params, payload, cstate, client, key)
-
-    def run_clients(params, payload, data, client_key, concept, args):
-      return map_clients(lambda a: one_client(params, payload, data, client_key, concept, a),
-                         args, chunk)
-
-    args = (ids, rows, counts, hists, num_steps, spe, old_states)
-    if devices > 1:
-      from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
-      results = jax.shard_map(run_clients, mesh=client_mesh(devices),
-                              in_specs=(P(), P(), P(), P(), P(), P('clients')),
-                              out_specs=P('clients'), check_vma=False)(
-                                  state.params, payload, data, client_key, concept, args)
-    else:
-      results = run_clients(state.params, payload, data, client_key, concept, args)
-
     if weighting == 'examples':
       weights = counts.astype(jnp.float32) / jnp.sum(counts)
     else:
       weights = jnp.full((cohort_size,), 1.0 / cohort_size, jnp.float32)
-    cohort = Cohort(ids, weights, counts, num_steps, results.delta, old_states,
-                    results.client_state, num_clients)
+
+    def one_client(params, payload, data, client_key, concept, args):
+      cid, row, count, hist, steps, spe_i, weight, cstate = args
+      key = jax.random.fold_in(client_key, cid)
+      client = Client(cid, count, steps, max_local_steps, hist,
+                      make_batch_fn(data, row, count, key, schedule.batch_size, spe_i,
+                                    lambda y: scenario.relabel(concept, y)))
+      result = algo.client_update(params, payload, cstate, client, key)
+      summands, sq_norm = client_summands(result.delta, weight)
+      outputs = (result.client_state, result.loss, sq_norm,
+                 result.delta if algo.needs_client_deltas else None)
+      return summands, outputs
+
+    def run_clients(params, payload, data, client_key, concept, args):
+      sums, outputs = map_reduce_clients(
+          lambda a: one_client(params, payload, data, client_key, concept, a), args, chunk)
+      if devices > 1:  # each device summed its share of the cohort
+        sums = jax.lax.psum(sums, 'clients')
+      return sums, outputs
+
+    args = (ids, rows, counts, hists, num_steps, spe, weights, old_states)
+    if devices > 1:
+      from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
+      sums, outputs = jax.shard_map(run_clients, mesh=client_mesh(devices),
+                                    in_specs=(P(), P(), P(), P(), P(), P('clients')),
+                                    out_specs=(P(), P('clients')), check_vma=False)(
+                                        state.params, payload, data, client_key, concept, args)
+    else:
+      sums, outputs = run_clients(state.params, payload, data, client_key, concept, args)
+    new_states, losses, sq_norms, deltas = outputs
+
+    cohort = Cohort(ids, weights, counts, num_steps, sums['weighted'], deltas, old_states,
+                    new_states, num_clients)
     params, server = algo.server_update(state.params, state.server, cohort)
-    clients = _scatter(state.clients, ids, results.client_state)
-    metrics, sq_norms = drift_diagnostics(results.delta, results.loss, weights)
+    clients = _scatter(state.clients, ids, new_states)
+    metrics = drift_diagnostics(sums, sq_norms, losses, weights)
     finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(params)]))
     client_finite = jnp.isfinite(sq_norms)
     metrics['finite'] = finite & jnp.all(client_finite)

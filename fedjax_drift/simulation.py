@@ -186,10 +186,13 @@ def run(config: Config, log=print) -> dict:
       exp.state, exp.data, jnp.int32(cfg.eval_every)).compile()
   compile_s = time.perf_counter() - t_compile
   need, available = _memory_need(segment), _available_memory()
-  if available and need > 0.9 * available:
-    raise UserError(f'this run needs about {need / 1e9:.1f} GB (XLA\'s estimate for one '
-                    f'segment) but {available / 1e9:.1f} GB is available; lower '
-                    f'--cohort_chunk (now {exp.chunk}), --clients_per_round or --batch_size')
+  budget = cfg.memory_budget_gb * 1e9 or 0.9 * available
+  if budget and need > budget:
+    where = (f'--memory_budget_gb={cfg.memory_budget_gb:g}' if cfg.memory_budget_gb
+             else f'90% of the {available / 1e9:.1f} GB available')
+    raise UserError(f'this run needs about {need / 1e9:.2f} GB (XLA\'s estimate for one '
+                    f'segment), over {where}; lower --cohort_chunk (now {exp.chunk}), '
+                    '--clients_per_round or --batch_size')
   if not config.resume and os.path.exists(run_dir) and config.overwrite:
     shutil.rmtree(run_dir)
   os.makedirs(run_dir, exist_ok=True)

@@ -52,7 +52,8 @@ class Cohort(NamedTuple):
   weights: jax.Array      # [K] aggregation weights p_i, summing to 1
   num_examples: jax.Array  # [K]
   num_steps: jax.Array     # [K]
-  deltas: PyTree           # [K, ...]
+  mean_delta: PyTree       # sum_i p_i delta_i, accumulated as clients finish
+  deltas: PyTree           # [K, ...], or None unless the algorithm needs_client_deltas
   old_states: PyTree       # [K, ...] per-client state before the round
   new_states: PyTree       # [K, ...] per-client state after the round
   num_clients: int         # N, static
@@ -67,6 +68,9 @@ class FederatedAlgorithm(NamedTuple):
   client_update(params, payload, client_state, client: Client, key) -> ClientResult
   server_update(params, server, cohort: Cohort) -> (params, server)
   communication(params) -> {'down': floats, 'up': floats} per participating client per round
+  needs_client_deltas: False lets the engine stream the aggregation: clients' deltas are
+    summed as they finish and never stacked to [K, P] (bounded memory for large cohorts);
+    the server then sees only cohort.mean_delta.
   """
   name: str
   init: Callable
@@ -75,3 +79,4 @@ class FederatedAlgorithm(NamedTuple):
   client_update: Callable
   server_update: Callable
   communication: Callable
+  needs_client_deltas: bool = True

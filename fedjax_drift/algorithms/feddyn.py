@@ -37,4 +37,4 @@ def dynamic_regularizer(alpha):
 
   zeros = lambda params: jax.tree.map(jnp.zeros_like, params)
   return Part('feddyn', init=zeros, init_client=zeros, loss=loss, client_final=client_final,
-              server_update=server_update)
+              server_update=server_update, needs_client_deltas=True)  # the unweighted sum

@@ -58,6 +58,8 @@ class Part(NamedTuple):
   server_update(params, buffer, sctx) -> (params, buffer)
   start(ctx) -> params where local training starts (default theta_t; FedBN's local norms)
   upload(params) -> extra floats a client sends (beyond its delta)
+  needs_client_deltas: server_update reads cohort.deltas, the [K, ...] stack (aggregators
+    always get it); otherwise the engine streams the aggregation and keeps only the mean
   """
   name: str
   init: Optional[Callable] = None
@@ -72,11 +74,7 @@ class Part(NamedTuple):
   server_update: Optional[Callable] = None
   upload: Optional[Callable] = None
   start: Optional[Callable] = None
-
-
-def weighted_mean(deltas, weights):
-  """sum_i p_i delta_i over the leading cohort axis."""
-  return jax.tree.map(lambda d: jnp.tensordot(weights, d, axes=1), deltas)
+  needs_client_deltas: bool = False
 
 
 def tree_size(tree):
@@ -155,7 +153,7 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
       agg = aggregators[0]
       pseudo_gradient = agg.aggregate(cohort.deltas, cohort.weights, cohort, server.get(agg.name))
     else:
-      pseudo_gradient = weighted_mean(cohort.deltas, cohort.weights)
+      pseudo_gradient = cohort.mean_delta
     updates, opt_state = server_optimizer.update(pseudo_gradient, server['opt'], params)
     new_params = optax.apply_updates(params, updates)
     new_server = dict(server, opt=opt_state)
@@ -171,6 +169,7 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
     up = tree_size(params) + sum(p.upload(params) for p in parts if p.upload)
     return {'down': tree_size(params) + tree_size(payload), 'up': up}
 
+  needs_deltas = bool(aggregators) or any(p.needs_client_deltas for p in parts)
   return FederatedAlgorithm(name, init, init_client, broadcast, client_update, server_update,
-                            communication)
+                            communication, needs_deltas)
 
