@@ -6,7 +6,7 @@
 
 Every (workload, implementation) runs in its own subprocess, so peak RSS is per
 implementation. Implementations:
-  engine-seq     this engine, clients one after another inside one jit (lax.map)
+  engine-seq     this engine, clients one after another inside one jit (lax.scan)
   engine-vmap    this engine, the cohort vmapped
   engine-chunkN  this engine, chunks of N clients vmapped, chunks sequential
   jit-loop       a Python loop over clients calling one jitted local-training function

@@ -9,9 +9,9 @@ Client parallelism: the cohort is processed `cohort_chunk` clients at a time. In
 clients are vmapped; chunks run one after another in a `lax.scan` that adds each chunk's
 weighted deltas to a running sum, so the aggregate never needs the [K, P] stack of deltas
 (unless the algorithm asks for it: `needs_client_deltas`). chunk=1 is fully sequential,
-chunk=K fully vmapped. On this CPU, vmapping conv layers over clients is
-several times slower than running them one by one (benchmarks/), so `auto` picks sequential
-for conv models on CPU and vmap otherwise.
+chunk=K fully vmapped. On this CPU, vmapped clients were slower than sequential ones for every
+model measured (conv layers several times; logreg and the MLP too, see benchmarks/), so
+`auto` picks sequential on CPU and vmap on accelerators.
 
 Randomness is derived: round t uses fold_in(run_key, t); the cohort uses fold_in(., 0) and
 client i's batches fold_in(fold_in(., 1), i), so results do not depend on the strategy, the
@@ -61,8 +61,9 @@ def choose_parallelism(requested, family, backend, cohort_size, chunk=0):
     return cohort_size, '--client_parallelism=vmap'
   if requested == 'sequential':
     return 1, '--client_parallelism=sequential'
-  if backend == 'cpu' and family == 'conv':
-    return 1, 'auto: conv model on CPU, where vmapped convs are slower than sequential'
+  if backend == 'cpu':
+    return 1, (f'auto: {family} model on CPU, where clients one after another beat vmapped '
+               'clients (benchmarks/)')
   return cohort_size, f'auto: {family} model on {backend}, vmap over the cohort'
 
 

@@ -82,7 +82,8 @@ def test_segment_equals_round_by_round(tiny_npz, unequal_partition):
 
 def test_auto_parallelism_choice():
   assert engine.choose_parallelism('auto', 'conv', 'cpu', 10)[0] == 1
-  assert engine.choose_parallelism('auto', 'dense', 'cpu', 10)[0] == 10
+  assert engine.choose_parallelism('auto', 'dense', 'cpu', 10)[0] == 1
+  assert engine.choose_parallelism('auto', 'dense', 'tpu', 10)[0] == 10
   assert engine.choose_parallelism('auto', 'conv', 'gpu', 10)[0] == 10
   assert engine.choose_parallelism('vmap', 'conv', 'cpu', 10, chunk=4)[0] == 4
 
