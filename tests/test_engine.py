@@ -1,6 +1,7 @@
 """Engine properties: strategies agree, seeds reproduce, one compilation per run."""
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -126,3 +127,15 @@ def test_cover_classes_end_to_end_and_refusal(tiny_npz, unequal_partition):
     fedjax_drift.prepare(fedjax_drift.Config(
         model='mlp', partition='shards', classes_per_client=1, num_clients=20,
         clients_per_round=5, cohort_sampler='cover_classes', progress=False))
+
+
+@pytest.mark.parametrize('chunk', [1, 3, 7, 10])
+def test_map_reduce_clients_sums_and_stacks_like_a_plain_loop(chunk):
+  """Chunks of 3 over 7 clients leave a narrower last chunk; every width gives the same."""
+  xs = {'a': jnp.arange(7.0), 'b': jnp.arange(14.0).reshape(7, 2)}
+  fn = lambda x: ({'s': x['b'] * x['a']}, (x['a'] + 1, None))
+  total, (outputs, nothing) = engine.map_reduce_clients(fn, xs, chunk)
+  np.testing.assert_allclose(total['s'], np.sum(np.arange(14.0).reshape(7, 2)
+                                                * np.arange(7.0)[:, None], axis=0))
+  np.testing.assert_allclose(outputs, np.arange(7.0) + 1)
+  assert nothing is None
