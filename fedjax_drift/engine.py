@@ -22,9 +22,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from optax.tree_utils import tree_norm, tree_vdot
 
-from fedjax_drift.data.federated import FederatedData, to_float
 from fedjax_drift.data import shuffle
+from fedjax_drift.data.federated import FederatedData, to_float
 from fedjax_drift.state import Batch, Client, Cohort, FederatedAlgorithm, ServerState
 
 
@@ -149,18 +150,10 @@ def _scatter(tree, ids, values):
   return jax.tree.map(lambda a, v: a.at[ids].set(v), tree, values)
 
 
-def _tree_norm(tree):
-  return jnp.sqrt(sum(jnp.sum(x * x) for x in jax.tree.leaves(tree)))
-
-
-def _tree_dot(a, b):
-  return sum(jnp.sum(x * y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-
-
 def client_summands(delta, weight):
   """What the round sums over clients: the weighted delta (the aggregate), the plain delta
   and the unit-norm delta (for the drift diagnostics). Returns (summands, |delta|^2)."""
-  sq_norm = _tree_dot(delta, delta)
+  sq_norm = tree_vdot(delta, delta)
   inv_norm = 1.0 / jnp.maximum(jnp.sqrt(sq_norm), 1e-30)
   summands = {'weighted': jax.tree.map(lambda d: weight * d, delta), 'plain': delta,
               'unit': jax.tree.map(lambda d: inv_norm * d, delta)}
@@ -175,11 +168,11 @@ def drift_diagnostics(sums, sq_norms, losses, weights):
   """
   k = sq_norms.shape[0]
   mean = jax.tree.map(lambda s: s / k, sums['plain'])
-  mean_norm = _tree_norm(mean)
+  mean_norm = tree_norm(mean)
   return {
       'update_norm': jnp.mean(jnp.sqrt(sq_norms)),
       'mean_update_norm': mean_norm,
-      'update_cosine': _tree_dot(sums['unit'], mean) / jnp.maximum(k * mean_norm, 1e-30),
+      'update_cosine': tree_vdot(sums['unit'], mean) / jnp.maximum(k * mean_norm, 1e-30),
       'client_loss_std': jnp.std(losses),
       'train_loss': jnp.sum(weights * losses),
   }
@@ -194,8 +187,7 @@ def map_reduce_clients(fn, args, chunk):
   """
   size = jax.tree.leaves(args)[0].shape[0]
   if chunk >= size:
-    summands, outputs = jax.vmap(fn)(args)
-    return jax.tree.map(lambda s: jnp.sum(s, axis=0), summands), outputs
+    return _sum_leading(jax.vmap(fn)(args))
   # chunk 1 is plain sequential: no vmap of width 1, so convs stay unbatched.
   run = fn if chunk == 1 else lambda a: _sum_leading(jax.vmap(fn)(a))
   first = jax.tree.map(lambda a: a[0], args)
@@ -206,9 +198,12 @@ def map_reduce_clients(fn, args, chunk):
     summand, outputs = run(chunk_args)
     return jax.tree.map(jnp.add, total, summand), outputs
 
-  chunks = jax.tree.map(lambda a: a[:full].reshape((size // chunk, chunk) + a.shape[1:]), args)
-  total, outputs = jax.lax.scan(body, zero, args if chunk == 1 else chunks)
-  if chunk > 1:
+  if chunk == 1:
+    total, outputs = jax.lax.scan(body, zero, args)
+  else:
+    chunks = jax.tree.map(lambda a: a[:full].reshape((size // chunk, chunk) + a.shape[1:]),
+                          args)
+    total, outputs = jax.lax.scan(body, zero, chunks)
     outputs = jax.tree.map(lambda o: o.reshape((full,) + o.shape[2:]), outputs)
   if full < size:  # the last, narrower chunk
     rest_sum, rest_out = _sum_leading(jax.vmap(fn)(jax.tree.map(lambda a: a[full:], args)))

@@ -185,7 +185,7 @@ def run(config: Config, log=print) -> dict:
   segment = engine.make_segment(exp.round_fn, cfg.eval_every).lower(
       exp.state, exp.data, jnp.int32(cfg.eval_every)).compile()
   compile_s = time.perf_counter() - t_compile
-  need, available = _memory_need(segment), _available_memory()
+  need, available = estimated_memory(segment), _available_memory()
   budget = cfg.memory_budget_gb * 1e9 or 0.9 * available
   if budget and need > budget:
     where = (f'--memory_budget_gb={cfg.memory_budget_gb:g}' if cfg.memory_budget_gb
@@ -335,7 +335,9 @@ def run(config: Config, log=print) -> dict:
   return summary
 
 
-def _memory_need(compiled):
+def estimated_memory(compiled):
+  """Bytes XLA says a compiled program needs (arguments, outputs, temporaries, less donated
+  buffers), or 0 when the backend does not say."""
   stats = compiled.memory_analysis()
   if stats is None:
     return 0

@@ -32,7 +32,8 @@ def _mix(x):
 
 def derive_seed(seed, i):
   """A new uint32 seed from `seed` and an int (e.g. the epoch), by hashing."""
-  return _mix(jnp.asarray(seed, jnp.uint32) ^ _mix(jnp.asarray(i, jnp.uint32) + jnp.uint32(_GOLDEN)))
+  salt = _mix(jnp.asarray(i, jnp.uint32) + jnp.uint32(_GOLDEN))
+  return _mix(jnp.asarray(seed, jnp.uint32) ^ salt)
 
 
 def index_shuffle(index, n, seed, rounds=ROUNDS):
