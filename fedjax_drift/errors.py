@@ -11,3 +11,19 @@ class UserError(ValueError):
 
 class DivergenceError(UserError):
   """Training produced a non-finite model or update; the message names the round."""
+
+
+def did_you_mean(value, options):
+  """' (did you mean X?)' for the closest of `options` to `value`, or '' if none is close."""
+  import difflib  # pylint: disable=g-import-not-at-top
+  close = difflib.get_close_matches(str(value), [str(o) for o in options], n=1, cutoff=0.6)
+  return f' (did you mean {close[0]}?)' if close else ''
+
+
+def too_many_devices(requested, available, backend):
+  """The UserError for --devices above what jax sees; on CPU it says how to get more."""
+  message = f'--devices={requested} but jax sees {available} {backend} device(s)'
+  if backend == 'cpu':
+    message += (f'; on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count={requested} '
+                'before starting Python')
+  return UserError(message)

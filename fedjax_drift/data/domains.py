@@ -1,5 +1,5 @@
-"""Covariate shift: digit domains built from the offline MNIST and USPS copies (FedFOR's
-"one client per domain", with the domains available here).
+"""Covariate shift: digit domains built from MNIST and USPS (FedFOR's "one client per
+domain", with digit datasets anyone can download).
 
 Domains (all 28x28 uint8, 10 classes):
   0 mnist         MNIST as is
@@ -47,15 +47,20 @@ def _transform(name, images, rng):
   return images
 
 
-def load_digits_domains(data_dir, seed=0):
-  """Returns (Dataset, train domain ids, test domain ids)."""
-  mnist_dir, usps_path = os.path.join(data_dir, 'mnist'), os.path.join(data_dir, 'usps',
-                                                                       'usps.npz')
-  if not os.path.isdir(mnist_dir) or not os.path.exists(usps_path):
+def _mnist_and_usps(data_dir):
+  """MNIST and USPS arrays from DIR/mnist and DIR/usps, or from the imported copies."""
+  if not data_dir:
+    return sources.load_imported('mnist'), sources.load_imported('usps')
+  mnist_dir, usps_dir = os.path.join(data_dir, 'mnist'), os.path.join(data_dir, 'usps')
+  if not os.path.isdir(mnist_dir) or not os.path.isdir(usps_dir):
     raise UserError(f'--dataset=digits_domains needs --data_dir holding mnist/ (IDX files) and '
-                    f'usps/usps.npz; {data_dir} does not')
-  mx, my, mtx, mty = sources.read_idx_dir(mnist_dir)
-  ux, uy, utx, uty = sources.load_npz(usps_path)
+                    f'usps/; {data_dir} does not (or import both with fedjax-drift-data)')
+  return sources.read_idx_dir(mnist_dir), sources.load_usps(usps_dir)
+
+
+def load_digits_domains(data_dir, seed=0):
+  """Returns (Dataset, train domain ids, test domain ids); data_dir '' = imported copies."""
+  (mx, my, mtx, mty), (ux, uy, utx, uty) = _mnist_and_usps(data_dir)
   to_u8 = lambda a: np.clip(np.round(a[..., 0] * 255), 0, 255).astype(np.uint8)
   ux, utx = _resize(to_u8(ux), 28), _resize(to_u8(utx), 28)
   rng = np.random.default_rng(seed)

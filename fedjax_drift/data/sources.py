@@ -1,4 +1,4 @@
-"""Where examples come from: the embedded subset, local files, or TFDS.
+"""Where examples come from: the embedded subset, local files, imported copies, or TFDS.
 
 Every loader returns a `Dataset` of numpy arrays. Images keep their compact dtype (uint8 stays
 uint8 on the device and is scaled to [0, 1] inside the compiled step); float features are used
@@ -6,18 +6,30 @@ unchanged. Images are stored NHWC; flat feature vectors keep their shape.
 """
 import gzip
 import hashlib
-import io
 import os
 import tarfile
 from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_drift.errors import UserError
+from fedjax_drift.data import formats
+from fedjax_drift.data.formats import CIFAR10_CLASSES  # noqa: F401 (re-exported)
+from fedjax_drift.errors import UserError, did_you_mean
 
 EMBEDDED_PATH = os.path.join(os.path.dirname(__file__), 'fashion_mnist_small.npz')
-CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse',
-                   'ship', 'truck')
+# --dataset values (the Dataset's name is always the flag value), with one line each.
+DATASETS = {
+    'embedded': 'Fashion-MNIST subset shipped in the package: 6,000 train / 1,000 test, 28x28',
+    'mnist': 'MNIST: --data_dir with the four IDX .gz files, or imported once',
+    'fashion_mnist': 'Fashion-MNIST: --data_dir with the four IDX .gz files, or imported once',
+    'cifar10': 'CIFAR-10: cifar-10-python.tar.gz or {train,test}/<class>/*.jpg, or imported',
+    'usps': 'USPS 16x16 digits: usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5 or usps.npz, or imported',
+    'digits_domains': 'six digit domains from MNIST and USPS (covariate shift, '
+                      '--partition=domains)',
+    'npz:PATH': 'any .npz with x_train, y_train, x_test, y_test',
+    'tfds:NAME': 'a TensorFlow Datasets dataset (downloaded once, needs internet)',
+}
+IMPORTABLE = ('mnist', 'fashion_mnist', 'cifar10', 'usps')
 IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
              't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 
@@ -88,6 +100,59 @@ def _cache_dir():
                         os.path.join(os.path.expanduser('~'), '.cache', 'fedjax_drift'))
 
 
+def imported_path(name):
+  """Where `fedjax-drift-data import` keeps dataset `name`: CACHE/datasets/NAME.npz."""
+  return os.path.join(_cache_dir(), 'datasets', f'{name}.npz')
+
+
+def load_imported(name):
+  """The imported copy of `name`, or a UserError saying how to get one."""
+  path = imported_path(name)
+  if not os.path.exists(path):
+    raise UserError(f'--dataset={name} needs --data_dir=DIR, or import the files once with '
+                    f'`fedjax-drift-data import DIR` (nothing at {path})')
+  return load_npz(path)
+
+
+def _with_channel(x_train, y_train, x_test, y_test):
+  if x_train.ndim == 3:
+    x_train, x_test = x_train[..., None], x_test[..., None]
+  return x_train, y_train, x_test, y_test
+
+
+def load_cifar10(data_dir):
+  """CIFAR-10 from --data_dir: the official python tarball (or its extracted folder), the
+  cifar10-jpeg.tar.gz tarball, or a directory of {train,test}/<class>/*.jpg."""
+  candidates = [data_dir, os.path.join(data_dir, 'cifar-10-python.tar.gz'),
+                os.path.join(data_dir, 'cifar-10-batches-py')]
+  for path in candidates:
+    if os.path.isfile(path) and path.endswith('cifar-10-python.tar.gz'):
+      return formats.read_cifar10_python(path)
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, 'test_batch')):
+      return formats.read_cifar10_python(path)
+  if os.path.isdir(os.path.join(data_dir, 'train')):
+    return formats.read_cifar10_jpeg_dir(data_dir)
+  return load_cifar10_jpeg(data_dir)
+
+
+def load_usps(data_dir):
+  """USPS from --data_dir: LIBSVM usps.bz2 + usps.t.bz2, usps.h5, or usps.npz (or the file)."""
+  if data_dir.endswith('.npz'):
+    return load_npz(data_dir)
+  if data_dir.endswith('.h5'):
+    return _with_channel(*formats.read_usps_h5(data_dir))
+  libsvm = [os.path.join(data_dir, n) for n in ('usps.bz2', 'usps.t.bz2')]
+  if all(os.path.exists(p) for p in libsvm):
+    return _with_channel(*formats.read_usps_libsvm(*libsvm))
+  if os.path.exists(os.path.join(data_dir, 'usps.h5')):
+    return _with_channel(*formats.read_usps_h5(os.path.join(data_dir, 'usps.h5')))
+  path = os.path.join(data_dir, 'usps.npz')
+  if not os.path.exists(path):
+    raise UserError(f'--data_dir={data_dir} holds no USPS files (usps.bz2 + usps.t.bz2, '
+                    'usps.h5 or usps.npz)')
+  return load_npz(path)
+
+
 def load_cifar10_jpeg(data_dir):
   """CIFAR-10 from a tarball of {train,test}/<class>/*.jpg, decoded once and cached as .npz.
 
@@ -107,30 +172,14 @@ def load_cifar10_jpeg(data_dir):
   cache = os.path.join(_cache_dir(), f'cifar10-{digest.hexdigest()[:16]}.npz')
   if os.path.exists(cache):
     return load_npz(cache)
-  from PIL import Image  # pylint: disable=g-import-not-at-top
-  splits = {'train': ([], []), 'test': ([], [])}
   try:
     with tarfile.open(tar_path, 'r:gz') as tar:
-      for member in tar:
-        parts = member.name.strip('./').split('/')
-        if not member.isfile() or len(parts) < 3 or not parts[-1].endswith('.jpg'):
-          continue
-        split, cls = parts[-3], parts[-2]
-        if split not in splits or cls not in CIFAR10_CLASSES:
-          continue
-        data = tar.extractfile(member).read()
-        image = np.asarray(Image.open(io.BytesIO(data)).convert('RGB'), np.uint8)
-        splits[split][0].append((member.name, image))
-        splits[split][1].append(CIFAR10_CLASSES.index(cls))
+      items = ((m.name, tar.extractfile(m).read()) for m in tar
+               if m.isfile() and m.name.endswith('.jpg'))
+      arrays = formats.cifar10_from_jpegs(items, tar_path)
   except (tarfile.TarError, OSError, EOFError) as e:
     raise UserError(f'cannot read CIFAR-10 tarball {tar_path}: {e}') from None
-  out = {}
-  for split, (items, labels) in splits.items():
-    if not items:
-      raise UserError(f'{tar_path} holds no {split}/<class>/*.jpg images')
-    order = np.argsort([name for name, _ in items], kind='stable')  # tar order is not stable
-    out[f'x_{split}'] = np.stack([items[i][1] for i in order])
-    out[f'y_{split}'] = np.asarray(labels, np.uint8)[order]
+  out = dict(zip(('x_train', 'y_train', 'x_test', 'y_test'), arrays))
   os.makedirs(os.path.dirname(cache), exist_ok=True)
   tmp = cache + f'.tmp{os.getpid()}.npz'
   np.savez(tmp, **out)
@@ -158,28 +207,35 @@ def load_tfds(name, data_dir=None):
 def load(dataset, data_dir=None):
   """Loads `dataset` (a name from the CLI's --dataset) into a validated `Dataset`."""
   if dataset == 'embedded':
-    arrays, name = load_npz(EMBEDDED_PATH), 'fashion_mnist_small'
+    arrays = load_npz(EMBEDDED_PATH)
+  elif dataset in IMPORTABLE and not data_dir:
+    arrays = load_imported(dataset)
   elif dataset in ('mnist', 'fashion_mnist'):
-    if not data_dir:
-      raise UserError(f'--dataset={dataset} needs --data_dir=DIR with the gzipped IDX files')
-    arrays, name = read_idx_dir(data_dir), dataset
+    arrays = read_idx_dir(data_dir)
   elif dataset == 'cifar10':
-    if not data_dir:
-      raise UserError('--dataset=cifar10 needs --data_dir=DIR holding cifar10-jpeg.tar.gz')
-    arrays, name = load_cifar10_jpeg(data_dir), dataset
+    arrays = load_cifar10(data_dir)
   elif dataset == 'usps':
-    if not data_dir:
-      raise UserError('--dataset=usps needs --data_dir=DIR holding usps.npz')
-    path = data_dir if data_dir.endswith('.npz') else os.path.join(data_dir, 'usps.npz')
-    arrays, name = load_npz(path), dataset
+    arrays = load_usps(data_dir)
   elif dataset.startswith('npz:'):
-    arrays, name = load_npz(dataset[4:]), os.path.basename(dataset[4:])
+    arrays = load_npz(dataset[4:])
   elif dataset.startswith('tfds:'):
-    arrays, name = load_tfds(dataset[5:], data_dir), dataset[5:]
+    arrays = load_tfds(dataset[5:], data_dir)
   else:
-    raise UserError(f'--dataset={dataset} is unknown; use embedded, mnist, fashion_mnist, '
-                    'cifar10, usps, npz:PATH or tfds:NAME')
-  return validate(name, *arrays)
+    raise UserError(f'--dataset={dataset} is unknown; use one of {", ".join(DATASETS)}'
+                    f'{did_you_mean(dataset, [d for d in DATASETS if d.islower()])}')
+  return validate(dataset, *arrays)
+
+
+def _finite_float32(name, split, x):
+  """x as float32, checked finite after the cast: what the model sees (float64 beyond
+  float32's range becomes inf)."""
+  cast = x.astype(np.float32)
+  if not np.all(np.isfinite(cast)):
+    why = ('NaN or infinite features' if not np.all(np.isfinite(x)) else
+           f'features beyond float32\'s range (|x| > {np.finfo(np.float32).max:.3g}), which '
+           'become infinite as float32')
+    raise UserError(f'{name}: {split} holds {why}')
+  return cast
 
 
 def validate(name, x_train, y_train, x_test, y_test):
@@ -197,8 +253,6 @@ def validate(name, x_train, y_train, x_test, y_test):
     if x.dtype != np.uint8:
       if not np.issubdtype(x.dtype, np.floating):
         raise UserError(f'{name}: x_{split} has dtype {x.dtype}; use uint8 images or floats')
-      if not np.all(np.isfinite(x)):
-        raise UserError(f'{name}: x_{split} holds NaN or infinite features')
   if x_train.shape[1:] != x_test.shape[1:]:
     raise UserError(f'{name}: train examples have shape {x_train.shape[1:]}, '
                     f'test examples {x_test.shape[1:]}')
@@ -215,6 +269,7 @@ def validate(name, x_train, y_train, x_test, y_test):
   if num_classes < 2:
     raise UserError(f'{name}: need at least 2 classes, found {num_classes}')
   if x_train.dtype != np.uint8:
-    x_train, x_test = x_train.astype(np.float32), x_test.astype(np.float32)
+    x_train, x_test = _finite_float32(name, 'x_train', x_train), _finite_float32(name, 'x_test',
+                                                                                  x_test)
   return Dataset(name, x_train, y_train.astype(np.int32), x_test, y_test.astype(np.int32),
                  num_classes)
