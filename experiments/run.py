@@ -6,6 +6,7 @@ naming the flag and exit code 2.
 import argparse
 import dataclasses
 import os
+import signal
 import sys
 import typing
 
@@ -38,6 +39,8 @@ def build_parser(config_cls, suppress_defaults=False):
       kwargs['default'] = f.default
     if kind is _bool:
       kwargs.update(nargs='?', const=True)
+    if f.metadata.get('const') is not None:  # a bare --flag means this value
+      kwargs.update(nargs='?', const=f.metadata['const'])
     parser.add_argument(f'--{f.name}', **kwargs)
   return parser
 
@@ -61,8 +64,9 @@ def main(argv=None):
   except fedjax_drift.UserError as e:
     sys.stderr.write(f'error: {e}\n')
     return 2
-  except KeyboardInterrupt:
-    sys.stderr.write('error: interrupted; continue with --resume --out=RUN_DIR\n')
+  except KeyboardInterrupt as e:  # the library's Interrupted says whether --resume can continue
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not add a traceback
+    sys.stderr.write(f'error: {str(e) or "interrupted"}\n')
     return 130
   except Exception as e:  # pylint: disable=broad-except
     if os.environ.get('FEDJAX_DRIFT_DEBUG'):
@@ -74,5 +78,18 @@ def main(argv=None):
   return 0
 
 
+def _main_exit_code():
+  """main()'s exit code; Ctrl-C before main's own handler (while importing) or after it
+  (while the interpreter shuts down) still gives one line and 130, never a traceback."""
+  try:
+    code = main()
+  except KeyboardInterrupt:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stderr.write('error: interrupted\n')
+    return 130
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  return code
+
+
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(_main_exit_code())

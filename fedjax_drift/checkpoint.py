@@ -1,50 +1,186 @@
-"""Checkpoints: the whole ServerState pytree plus the run's metric history, saved together.
+"""Checkpoints: any state pytree plus the run's metric history, saved together and checksummed.
 
 Orbax's CheckpointManager writes each step into a temporary directory and renames it into
-place when complete, so a run killed at any moment leaves only whole checkpoints behind; a
-resumed run restores the state bit for bit and replays nothing. The PRNG key is stored as its
-raw uint32 key data.
+place when complete, so a run killed at any moment leaves only whole checkpoints behind. Each
+step holds three items: the state's leaves (typed PRNG keys as their raw key data), the
+history (JSON), and a sha256 over both. `restore` recomputes the sha256 of what it read; a
+step that fails to load or to match is skipped for the newest intact one, so a damaged
+latest checkpoint costs some rounds, never correctness. The pytree structure comes from the
+caller's `like` tree, so states with a leading run axis work unchanged.
 """
+import contextlib
+import hashlib
+import json
 import os
+import sys
+import tempfile
 
 import jax
+import numpy as np
 
-from fedjax_drift.state import ServerState
+from fedjax_drift.errors import UserError
+
+FORMAT = 2  # 1: a ServerState saved as orbax's StandardSave without a checksum
 
 
-def _saveable(state: ServerState):
-  return state._replace(key=jax.random.key_data(state.key))
+def _is_key(x):
+  return hasattr(x, 'dtype') and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _saveable(tree):
+  """The tree's leaves as {'00000': array, ...}; typed PRNG keys become their key data."""
+  leaves = jax.tree.leaves(tree)
+  return {f'{i:05d}': jax.random.key_data(x) if _is_key(x) else x for i, x in enumerate(leaves)}
+
+
+def checksum(arrays: dict, history) -> str:
+  """sha256 over each array's dtype, shape and bytes (in key order), then the history."""
+  digest = hashlib.sha256()
+  for name in sorted(arrays):
+    a = np.ascontiguousarray(np.asarray(arrays[name]))
+    digest.update(f'{name}:{a.dtype.str}:{a.shape};'.encode())
+    digest.update(a.tobytes())
+  digest.update(json.dumps(history, sort_keys=True).encode())
+  return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _quiet_stderr_on_failure():
+  """Holds back what orbax/tensorstore print to fd 2 (tracebacks from their threads when a
+  damaged file fails to load); passes it on only if the block succeeds."""
+  try:
+    saved = os.dup(2)
+  except OSError:
+    yield
+    return
+  with tempfile.TemporaryFile() as held:
+    sys.stderr.flush()
+    os.dup2(held.fileno(), 2)
+    try:
+      yield
+    except BaseException:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      raise
+    sys.stderr.flush()
+    os.dup2(saved, 2)
+    os.close(saved)
+    held.seek(0)
+    text = held.read()
+    if text:
+      os.write(2, text)
+
+
+def _ignore_closed_loop_callbacks():
+  """After a failed restore, tensorstore may still complete futures into orbax's closed
+  asyncio loop; Python then prints 'Exception ignored ... Event loop is closed' at some later
+  moment. Drop exactly that report; pass every other one on."""
+  previous = sys.unraisablehook
+  if getattr(previous, '_fedjax_drift', False):
+    return
+
+  def hook(report):
+    if isinstance(report.exc_value, RuntimeError) and 'Event loop is closed' in str(
+        report.exc_value):
+      return
+    previous(report)
+  hook._fedjax_drift = True  # pylint: disable=protected-access
+  sys.unraisablehook = hook
 
 
 class Checkpointer:
-  """Saves and restores (state, history) under RUN_DIR/checkpoints/<round>."""
+  """Saves and restores (state, history) under RUN_DIR/checkpoints/<round>.
+
+  Creating one writes nothing; the directory appears with the first save.
+  """
 
   def __init__(self, run_dir, max_to_keep=2):
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
     self._ocp = ocp
     self.directory = os.path.abspath(os.path.join(run_dir, 'checkpoints'))
-    self._manager = ocp.CheckpointManager(
-        self.directory, options=ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False))
+    self._max_to_keep = max_to_keep
+    self._manager = None
+    self._damaged = []  # steps found damaged by restore(); deleted before the next save
+    self.restored_round = None
+
+  def _open(self, create):
+    if self._manager is None and (create or os.path.isdir(self.directory)):
+      ocp = self._ocp
+      self._manager = ocp.CheckpointManager(
+          self.directory, options=ocp.CheckpointManagerOptions(
+              max_to_keep=self._max_to_keep, create=create, enable_async_checkpointing=False))
+    return self._manager
+
+  def rounds(self):
+    """Rounds with a (complete, not necessarily intact) checkpoint, oldest first."""
+    manager = self._open(create=False)
+    return sorted(manager.all_steps()) if manager else []
 
   def latest_round(self):
-    return self._manager.latest_step()
+    rounds = self.rounds()
+    return rounds[-1] if rounds else None
 
-  def save(self, state: ServerState, history: dict):
-    ocp = self._ocp
-    self._manager.save(int(state.round), args=ocp.args.Composite(
-        state=ocp.args.StandardSave(_saveable(state)), history=ocp.args.JsonSave(history)))
-    self._manager.wait_until_finished()
+  def save(self, state, history: dict, step=None):
+    """Writes checkpoints/<step>; step defaults to state.round (with a leading run axis,
+    its first entry)."""
+    ocp, manager = self._ocp, self._open(create=True)
+    step = int(np.asarray(state.round).reshape(-1)[0]) if step is None else int(step)
+    for bad in self._damaged + ([step] if step in manager.all_steps() else []):
+      if bad in manager.all_steps():
+        manager.delete(bad)
+    self._damaged = []
+    arrays = jax.device_get(_saveable(state))
+    manager.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(arrays), history=ocp.args.JsonSave(history),
+        checksum=ocp.args.JsonSave({'sha256': checksum(arrays, history), 'format': FORMAT})))
+    manager.wait_until_finished()
 
-  def restore(self, like: ServerState):
-    """Returns (state, history) of the latest checkpoint; `like` gives shapes and dtypes."""
+  def _restore_step(self, step, like):
+    """(state, history) of one step, or raises ValueError saying why it is damaged."""
     ocp = self._ocp
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _saveable(like))
-    out = self._manager.restore(self.latest_round(), args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract), history=ocp.args.JsonRestore()))
-    saved = out.state
-    state = ServerState(*saved) if not isinstance(saved, ServerState) else saved
-    return state._replace(key=jax.random.wrap_key_data(state.key)), out.history
+    try:
+      with _quiet_stderr_on_failure():
+        out = self._manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), history=ocp.args.JsonRestore(),
+            checksum=ocp.args.JsonRestore()))
+      arrays, history, stored = dict(out.state), out.history, out.checksum
+    except Exception as e:  # pylint: disable=broad-except
+      _ignore_closed_loop_callbacks()
+      reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(':')[0][:60]
+      raise ValueError(f'unreadable: {reason}') from None
+    if not isinstance(stored, dict) or stored.get('sha256') != checksum(arrays, history):
+      raise ValueError('checksum mismatch')
+    leaves, treedef = jax.tree.flatten(like)
+    if sorted(arrays) != [f'{i:05d}' for i in range(len(leaves))]:
+      raise ValueError('holds a different state structure')
+    restored = [jax.random.wrap_key_data(arrays[f'{i:05d}'], impl=jax.random.key_impl(x))
+                if _is_key(x) else arrays[f'{i:05d}'] for i, x in enumerate(leaves)]
+    return jax.tree.unflatten(treedef, restored), history
+
+  def restore(self, like, log=print):
+    """(state, history) of the newest intact checkpoint; `like` gives structure, shapes and
+    dtypes. Damaged newer ones are reported in one line via `log` and deleted at the next
+    save. Reads only: a failed restore changes nothing on disk. UserError if none is intact.
+    """
+    damaged = []
+    for step in reversed(self.rounds()):
+      try:
+        state, history = self._restore_step(step, like)
+      except ValueError as e:
+        damaged.append((step, str(e)))
+        continue
+      if damaged:
+        log(f'checkpoint(s) at round {", ".join(str(s) for s, _ in damaged)} in '
+            f'{self.directory} damaged ({damaged[0][1]}); resuming from round {step}')
+      self._damaged = [s for s, _ in damaged]
+      self.restored_round = step
+      return state, history
+    detail = f' (round {damaged[0][0]}: {damaged[0][1]})' if damaged else ''
+    raise UserError(f'--resume: no intact checkpoint in {self.directory}{detail}; start the '
+                    'run again without --resume')
 
   def close(self):
-    self._manager.close()
+    if self._manager is not None:
+      self._manager.close()

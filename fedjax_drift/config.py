@@ -119,7 +119,10 @@ class Config:
   eval_batch_size: int = _f(1000, 'test examples per evaluation batch')
   target_accuracy: float = _f(0.7, 'report the first round reaching this test accuracy')
   out: str = _f('', 'run directory (default: runs/<algo>-<dataset>-<partition>-s<seed>-<time>)')
-  overwrite: bool = _f(False, 'allow writing into an existing run directory')
+  overwrite: str = dataclasses.field(default='', metadata={
+      **_f('', "replace an existing run directory: bare --overwrite removes only the files "
+           "fedjax-drift wrote (refusing if others are there); --overwrite=force removes "
+           "everything but the inputs").metadata, 'const': 'yes'})
   checkpoint_every: int = _f(0, 'save the state pytree every this many rounds (0 = at every '
                              'evaluation)')
   keep_checkpoints: int = _f(2, 'checkpoints kept in RUN_DIR/checkpoints')

@@ -11,17 +11,62 @@ import os
 import numpy as np
 
 
+TEMP_PREFIX, TEMP_SUFFIX = '.fjd-', '.tmp'
+TEMP_NAME_LEN = len(TEMP_PREFIX) + 8 + len(TEMP_SUFFIX)  # '.fjd-1a2b3c4d.tmp'
+
+
+def temp_name(directory):
+  """A fresh fixed-length temporary file name in `directory`.
+
+  Fixed length (not `name + '.tmpPID'`) so a legal final name never becomes too long.
+  """
+  return os.path.join(directory, f'{TEMP_PREFIX}{os.urandom(4).hex()}{TEMP_SUFFIX}')
+
+
 def atomic_write(path, data: bytes):
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'wb') as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  """Writes `data` to a temporary name beside `path`, then renames it into place.
+
+  On any failure or interrupt the temporary file is removed, so nothing half-written stays.
+  """
+  tmp = temp_name(os.path.dirname(os.path.abspath(path)))
+  try:
+    with open(tmp, 'xb') as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def strict_json(obj):
+  """(obj with NaN/inf floats replaced by None, {'a.b[2]': 'NaN', ...} naming each one)."""
+  notes = {}
+
+  def clean(value, where):
+    if isinstance(value, dict):
+      return {k: clean(v, f'{where}.{k}' if where else str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+      return [clean(v, f'{where}[{i}]') for i, v in enumerate(value)]
+    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+      notes[where] = repr(float(value)).replace('nan', 'NaN').replace('inf', 'Infinity')
+      return None
+    if isinstance(value, np.generic):
+      return value.item()
+    return value
+  return clean(obj, ''), notes
 
 
 def write_json(path, obj):
-  atomic_write(path, (json.dumps(obj, indent=2, sort_keys=False) + '\n').encode())
+  """Strict JSON: a NaN or inf value is written as null, and a top-level `non_finite` object
+  maps each such value's path to what it was ('NaN', 'Infinity', '-Infinity')."""
+  obj, notes = strict_json(obj)
+  if notes and isinstance(obj, dict):
+    obj = {**obj, 'non_finite': notes}
+  text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False)
+  atomic_write(path, (text + '\n').encode())
 
 
 def write_csv(path, rows):

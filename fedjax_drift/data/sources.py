@@ -229,7 +229,8 @@ def load(dataset, data_dir=None):
 def _finite_float32(name, split, x):
   """x as float32, checked finite after the cast: what the model sees (float64 beyond
   float32's range becomes inf)."""
-  cast = x.astype(np.float32)
+  with np.errstate(over='ignore'):
+    cast = x.astype(np.float32)
   if not np.all(np.isfinite(cast)):
     why = ('NaN or infinite features' if not np.all(np.isfinite(x)) else
            f'features beyond float32\'s range (|x| > {np.finfo(np.float32).max:.3g}), which '

@@ -1,0 +1,118 @@
+"""The files a run reads, made absolute and fingerprinted so `--resume` can refuse changes.
+
+config.json stores path flags absolute (a relative path would resolve elsewhere from another
+working directory) and, under `_resolved.inputs`, each input file's absolute path and sha256.
+TFDS datasets are fingerprinted by name and version.
+"""
+import dataclasses
+import hashlib
+import os
+
+from fedjax_drift.data import sources
+from fedjax_drift.errors import UserError
+
+
+def _absolute_flag(name, value):
+  """A path flag's value with its path made absolute; other values unchanged."""
+  if not isinstance(value, str) or not value:
+    return value
+  if name == 'dataset' and value.startswith('npz:'):
+    return 'npz:' + os.path.abspath(value[4:])
+  if name == 'partition' and value.startswith('file:'):
+    return 'file:' + os.path.abspath(value[5:])
+  if name in ('data_dir', 'save_params', 'out'):
+    return os.path.abspath(value)
+  return value
+
+
+def absolute_flags(values: dict) -> dict:
+  """{flag: value} with the paths of --dataset=npz:, --partition=file:, --data_dir,
+  --save_params and --out made absolute."""
+  return {k: _absolute_flag(k, v) for k, v in values.items()}
+
+
+def absolutize(config):
+  """The Config with every path flag absolute (see absolute_flags)."""
+  names = ('dataset', 'partition', 'data_dir', 'save_params', 'out')
+  return dataclasses.replace(config, **absolute_flags({n: getattr(config, n) for n in names}))
+
+
+def _dataset_files(dataset, data_dir):
+  """The files the loader of --dataset reads (whether or not they exist)."""
+  if dataset == 'embedded':
+    return [sources.EMBEDDED_PATH]
+  if dataset.startswith('npz:'):
+    return [dataset[4:]]
+  if not data_dir:
+    return []
+  if dataset in ('mnist', 'fashion_mnist'):
+    return [os.path.join(data_dir, n) for n in sources.IDX_FILES]
+  if dataset == 'cifar10':
+    return [data_dir if not os.path.isdir(data_dir)
+            else os.path.join(data_dir, 'cifar10-jpeg.tar.gz')]
+  if dataset == 'usps':
+    return [data_dir if data_dir.endswith('.npz') else os.path.join(data_dir, 'usps.npz')]
+  if dataset == 'digits_domains':
+    return ([os.path.join(data_dir, 'mnist', n) for n in sources.IDX_FILES]
+            + [os.path.join(data_dir, 'usps', 'usps.npz')])
+  return []
+
+
+def input_files(config) -> list:
+  """[(flag, absolute path)] of every file the run reads: dataset files, partition file."""
+  files = [('--dataset' if config.dataset.startswith('npz:') or config.dataset == 'embedded'
+            else '--data_dir', p) for p in _dataset_files(config.dataset, config.data_dir)]
+  if config.partition.startswith('file:'):
+    files.append(('--partition', config.partition[5:]))
+  return [(flag, os.path.abspath(p)) for flag, p in files]
+
+
+def sha256(path) -> str:
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for chunk in iter(lambda: f.read(1 << 20), b''):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def _tfds_version(name, data_dir):
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    return str(tfds.builder(name, data_dir=data_dir or None).version)
+  except Exception:  # pylint: disable=broad-except
+    return None  # unknown: the loader reports the real problem
+
+
+def fingerprint(config) -> dict:
+  """{'files': [{'flag', 'path', 'sha256'}], 'tfds': {'name', 'version'} or None}.
+
+  Files that do not exist are left out: the loader names them with a better message.
+  """
+  files = [{'flag': flag, 'path': path, 'sha256': sha256(path)}
+           for flag, path in input_files(config) if os.path.isfile(path)]
+  tfds = None
+  if config.dataset.startswith('tfds:'):
+    name = config.dataset[5:]
+    tfds = {'name': name, 'data_dir': config.data_dir,
+            'version': _tfds_version(name, config.data_dir)}
+  return {'files': files, 'tfds': tfds}
+
+
+def check_unchanged(saved: dict, run_dir):
+  """UserError naming the first input that changed since the run in run_dir started.
+
+  saved: the run's fingerprint (config.json `_resolved.inputs`); files are re-hashed now.
+  """
+  for entry in saved.get('files', []):
+    path = entry['path']
+    if not os.path.isfile(path):
+      raise UserError(f'--resume: input {path} ({entry["flag"]}) of {run_dir} no longer exists')
+    if sha256(path) != entry['sha256']:
+      raise UserError(f'--resume: input {path} ({entry["flag"]}) changed since {run_dir} '
+                      'started (sha256 differs); start a new run instead')
+  tfds = saved.get('tfds')
+  if tfds and tfds.get('version'):
+    now = _tfds_version(tfds['name'], tfds.get('data_dir'))
+    if now and now != tfds['version']:
+      raise UserError(f'--resume: TFDS dataset {tfds["name"]} is version {now} now, '
+                      f'{tfds["version"]} when the run started')
