@@ -44,24 +44,36 @@ def _dataset_files(dataset, data_dir):
   if dataset.startswith('npz:'):
     return [dataset[4:]]
   if not data_dir:
-    return []
+    return [sources.imported_path(dataset)] if dataset in sources.IMPORTABLE else []
   if dataset in ('mnist', 'fashion_mnist'):
     return [os.path.join(data_dir, n) for n in sources.IDX_FILES]
+  if not os.path.isdir(data_dir):
+    return [data_dir]  # --data_dir names the file itself
   if dataset == 'cifar10':
-    return [data_dir if not os.path.isdir(data_dir)
-            else os.path.join(data_dir, 'cifar10-jpeg.tar.gz')]
+    return ([os.path.join(data_dir, n) for n in ('cifar-10-python.tar.gz',
+                                                  'cifar10-jpeg.tar.gz')]
+            + _files_under(os.path.join(data_dir, 'cifar-10-batches-py'))
+            + _files_under(os.path.join(data_dir, 'train'))
+            + _files_under(os.path.join(data_dir, 'test')))
   if dataset == 'usps':
-    return [data_dir if data_dir.endswith('.npz') else os.path.join(data_dir, 'usps.npz')]
+    return [os.path.join(data_dir, n) for n in ('usps.bz2', 'usps.t.bz2', 'usps.h5',
+                                                 'usps.npz')]
   if dataset == 'digits_domains':
     return ([os.path.join(data_dir, 'mnist', n) for n in sources.IDX_FILES]
             + [os.path.join(data_dir, 'usps', 'usps.npz')])
   return []
 
 
+def _files_under(directory):
+  """Every file below `directory`, sorted (none if it does not exist)."""
+  return sorted(os.path.join(d, f) for d, _, files in os.walk(directory) for f in files)
+
+
 def input_files(config) -> list:
   """[(flag, absolute path)] of every file the run reads: dataset files, partition file."""
-  files = [('--dataset' if config.dataset.startswith('npz:') or config.dataset == 'embedded'
-            else '--data_dir', p) for p in _dataset_files(config.dataset, config.data_dir)]
+  flag = '--data_dir' if config.data_dir and not config.dataset.startswith('npz:') \
+      else '--dataset'
+  files = [(flag, p) for p in _dataset_files(config.dataset, config.data_dir)]
   if config.partition.startswith('file:'):
     files.append(('--partition', config.partition[5:]))
   return [(flag, os.path.abspath(p)) for flag, p in files]
@@ -90,6 +102,11 @@ def fingerprint(config) -> dict:
   """
   files = [{'flag': flag, 'path': path, 'sha256': sha256(path)}
            for flag, path in input_files(config) if os.path.isfile(path)]
+  for entry in files:  # the packaged subset is known by name: the package may move
+    if entry['path'] == os.path.abspath(sources.EMBEDDED_PATH):
+      entry['path'] = 'embedded'
+      entry['flag'] = '--dataset=embedded'
+
   tfds = None
   if config.dataset.startswith('tfds:'):
     name = config.dataset[5:]
@@ -104,7 +121,7 @@ def check_unchanged(saved: dict, run_dir):
   saved: the run's fingerprint (config.json `_resolved.inputs`); files are re-hashed now.
   """
   for entry in saved.get('files', []):
-    path = entry['path']
+    path = sources.EMBEDDED_PATH if entry['path'] == 'embedded' else entry['path']
     if not os.path.isfile(path):
       raise UserError(f'--resume: input {path} ({entry["flag"]}) of {run_dir} no longer exists')
     if sha256(path) != entry['sha256']:

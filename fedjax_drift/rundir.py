@@ -79,13 +79,16 @@ def _protected(entry, inputs):
   return None
 
 
-def clear(run_dir, mode, inputs=(), extra=()) -> list:
-  """Removes what --overwrite=`mode` allows from run_dir; returns the removed base names.
+def plan_clear(run_dir, mode, inputs=(), extra=()) -> list:
+  """The base names --overwrite=`mode` would remove from run_dir; removes nothing.
 
-  'yes' removes only our entries, after refusing (UserError naming one) if any other is
-  present; 'force' removes every entry. Inputs, the working directory and its ancestors are
-  never removed: they make the call refuse. The directory itself stays (it may be locked).
+  'yes' takes only our entries and refuses (UserError naming one) if any other is present;
+  'force' takes every entry. An input, the working directory or one of its ancestors make
+  it refuse too. The directory itself always stays (it may be locked).
   """
+  if _inside(os.getcwd(), run_dir) and mode == 'force':
+    raise UserError(f'--overwrite=force would empty {run_dir}, which holds the working '
+                    'directory; pick another --out')
   foreign = foreign_entries(run_dir, extra)
   if foreign and mode != 'force':
     raise UserError(f'--overwrite: {os.path.join(run_dir, foreign[0])} was not written by '
@@ -97,6 +100,12 @@ def clear(run_dir, mode, inputs=(), extra=()) -> list:
     if why:
       raise UserError(f'--overwrite would remove {os.path.join(run_dir, name)}, but {why}; '
                       'pick another --out')
+  return entries
+
+
+def clear(run_dir, mode, inputs=(), extra=()) -> list:
+  """Removes what plan_clear allows (refusing as it does); returns the removed base names."""
+  entries = plan_clear(run_dir, mode, inputs, extra)
   for name in entries:
     path = os.path.join(run_dir, name)
     if os.path.isdir(path) and not os.path.islink(path):
@@ -198,7 +207,7 @@ def check_out(run_dir, resume, overwrite, inputs=(), save_params=''):
 
   inputs: the dataset and partition files the run reads (absolute paths).
   """
-  flag = f'--out={run_dir}'
+  flag, mode = f'--out={run_dir}', overwrite_mode(overwrite)
   if os.path.exists(run_dir) and not os.path.isdir(run_dir):
     raise UserError(f'{flag} is a file, not a directory')
   check_length(os.path.join(run_dir, 'x'), flag,
@@ -213,19 +222,18 @@ def check_out(run_dir, resume, overwrite, inputs=(), save_params=''):
   if resume:
     read_run_config(run_dir)
   elif os.path.isdir(run_dir) and os.listdir(run_dir):
-    mode = overwrite_mode(overwrite)
     if not mode:
       raise UserError(f'{flag} already exists; pass --overwrite to replace it')
-    if mode == 'force' and _inside(os.getcwd(), run_dir):
-      raise UserError(f'--overwrite=force would empty {run_dir}, which holds the working '
-                      'directory; pick another --out')
-    extra = (os.path.basename(save_params),) if save_params and \
-        os.path.dirname(os.path.realpath(save_params)) == os.path.realpath(run_dir) else ()
-    if mode == 'yes' and foreign_entries(run_dir, extra):
-      name = foreign_entries(run_dir, extra)[0]
-      raise UserError(f'--overwrite: {os.path.join(run_dir, name)} was not written by '
-                      'fedjax-drift; remove it, pick another --out, or pass --overwrite=force')
+    plan_clear(run_dir, mode, inputs, own_extra(run_dir, save_params))
   check_writable(run_dir, flag)
+
+
+def own_extra(run_dir, save_params):
+  """(the --save_params base name,) when that file lies directly in run_dir, else ()."""
+  if save_params and os.path.dirname(os.path.realpath(save_params)) == \
+      os.path.realpath(run_dir):
+    return (os.path.basename(save_params),)
+  return ()
 
 
 def check_save_params(path, run_dir, inputs=()):
