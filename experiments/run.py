@@ -1,7 +1,8 @@
 """fedjax-drift command line: `python experiments/run.py --algo=fedavg --rounds=50 ...`.
 
-Flags are the fields of fedjax_drift.Config (`--help` lists them). Bad input gives one line
-naming the flag and exit code 2.
+Flags are the fields of fedjax_drift.Config (`--help` lists them by group; `--list` lists the
+algorithms, models, datasets, partitions and scenarios). Bad input gives one line naming the
+flag and exit code 2.
 """
 import argparse
 import dataclasses
@@ -26,29 +27,80 @@ class _Parser(argparse.ArgumentParser):
     sys.exit(2)
 
 
-def build_parser(config_cls, suppress_defaults=False):
-  parser = _Parser(description='Simulate federated learning under non-IID data.',
+def _help(field, valid):
+  """The field's help text, its valid values, and its default; `%` escaped for argparse."""
+  text = field.metadata.get('help', '')
+  values = valid.get(field.name) or field.metadata.get('choices')
+  if values:
+    text += f' (one of: {", ".join(values)})'
+  if field.default not in ('', None):
+    text += f' [default: {field.default}]'
+  return text.replace('%', '%%')
+
+
+def build_parser(config_cls, suppress_defaults=False, valid=None):
+  """An argparse parser with one --flag per Config field, in the fields' help groups.
+
+  valid: {field name: valid values} listed in the help (e.g. catalog.values('algo')).
+  """
+  from fedjax_drift.config import GROUPS  # pylint: disable=g-import-not-at-top
+  parser = _Parser(usage='%(prog)s [--flag=value ...]',
+                   description='Simulate federated learning under non-IID data. '
+                   '`--list` shows the algorithms, models, datasets, partitions and '
+                   'scenarios, one line each.',
                    allow_abbrev=False,
                    argument_default=argparse.SUPPRESS if suppress_defaults else None)
+  parser.add_argument('--list', action='store_true', default=argparse.SUPPRESS,
+                      help='list the valid algorithms, models, datasets, partitions and '
+                      'scenarios, then exit')
+  groups = {name: parser.add_argument_group(f'{name} flags') for name in GROUPS}
   hints = typing.get_type_hints(config_cls)
   for f in dataclasses.fields(config_cls):
+    name = f.metadata.get('group') or 'other'
+    if name not in groups:
+      groups[name] = parser.add_argument_group(f'{name} flags')
     kind = hints[f.name]
     kind = _bool if kind is bool else kind
-    kwargs = dict(type=kind, help=f.metadata.get('help', ''))
+    kwargs = dict(type=kind, help=_help(f, valid or {}))
     if not suppress_defaults:
       kwargs['default'] = f.default
     if kind is _bool:
-      kwargs.update(nargs='?', const=True)
+      kwargs.update(nargs='?', const=True, metavar='BOOL')
     if f.metadata.get('const') is not None:  # a bare --flag means this value
       kwargs.update(nargs='?', const=f.metadata['const'])
-    parser.add_argument(f'--{f.name}', **kwargs)
+    groups[name].add_argument(f'--{f.name}', **kwargs)
   return parser
+
+
+def check_flag_names(parser, argv):
+  """Raises UserError for a --flag the parser does not know, suggesting the closest one."""
+  from fedjax_drift.errors import UserError, did_you_mean  # pylint: disable=g-import-not-at-top
+  known = [o for a in parser._actions for o in a.option_strings]  # pylint: disable=protected-access
+  for token in argv:
+    if token == '--':
+      return
+    name = token.split('=', 1)[0]
+    if name.startswith('--') and name not in known:
+      raise UserError(f'unknown flag {name}{did_you_mean(name, known)}')
 
 
 def main(argv=None):
   sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parents[1]))
   import fedjax_drift  # pylint: disable=g-import-not-at-top
-  args = build_parser(fedjax_drift.Config).parse_args(argv)
+  from fedjax_drift import catalog  # pylint: disable=g-import-not-at-top
+  argv = sys.argv[1:] if argv is None else list(argv)
+  valid = {flag: catalog.values(flag) for flag in ('algo', 'model', 'dataset', 'partition',
+                                                   'scenario')}
+  parser = build_parser(fedjax_drift.Config, valid=valid)
+  try:
+    check_flag_names(parser, argv)
+  except fedjax_drift.UserError as e:
+    sys.stderr.write(f'error: {e}\n')
+    return 2
+  args = parser.parse_args(argv)
+  if vars(args).pop('list', False):
+    print(catalog.text())
+    return 0
   try:
     if args.resume:
       # Only the flags given on this command line; the rest come from the run's config.json.

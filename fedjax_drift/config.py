@@ -4,131 +4,165 @@ The CLI builds its flags from these fields (`--name=value`), so every option is 
 once, here, and `fedjax_drift.run(Config(...))` does exactly what the CLI does.
 """
 import dataclasses
+import importlib.util
 import math
 import os
 from typing import Optional
 
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, did_you_mean
 
 PARTITIONS = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity', 'domains')
 
 
-def _f(default, help_text, choices=None):
-  return dataclasses.field(default=default, metadata={'help': help_text, 'choices': choices})
+# The --help sections, in order; every field's metadata names one.
+GROUPS = ('data', 'model', 'local training', 'algorithm', 'server', 'run', 'output')
+
+
+def _f(default, help_text, choices=None, group=None):
+  return dataclasses.field(default=default,
+                           metadata={'help': help_text, 'choices': choices, 'group': group})
 
 
 @dataclasses.dataclass
 class Config:
   # What to run.
-  algo: str = _f('fedavg', 'federated algorithm (see fedjax_drift.algorithms.NAMES)')
-  model: str = _f('cnn_mnist', 'logreg, mlp, cnn_mnist, cnn_cifar, resnet8, resnet18, resnet20')
-  init: str = _f('default', 'parameter init: default (flax) or zeros', ('default', 'zeros'))
+  algo: str = _f('fedavg', 'federated algorithm', group='algorithm')
+  model: str = _f('cnn_mnist', 'network', group='model')
+  init: str = _f('default', 'parameter init: default (flax) or zeros', ('default', 'zeros'),
+                 group='model')
   # Data and its split across clients.
-  dataset: str = _f('embedded', 'embedded, mnist, fashion_mnist, cifar10, usps, npz:PATH, '
-                    'tfds:NAME, digits_domains (covariate shift; --data_dir holds mnist/ and '
-                    'usps/)')
-  data_dir: str = _f('', 'directory (or file) holding the local dataset files')
-  partition: str = _f('dirichlet', 'iid, shards, dirichlet, dirichlet_client, quantity, '
-                      'domains (one group of clients per domain) or file:PATH (a JSON list of '
-                      'per-client index lists)')
-  classes_per_client: int = _f(2, 'shards: labels per client (s)')
-  dirichlet_alpha: float = _f(0.5, 'dirichlet / dirichlet_client / quantity concentration')
+  dataset: str = _f('embedded', 'examples to train and test on', group='data')
+  data_dir: str = _f('', 'directory (or file) holding the dataset\'s files; default: the '
+                     'copy imported with `fedjax-drift-data import`', group='data')
+  partition: str = _f('dirichlet', 'how training examples are split across clients',
+                      group='data')
+  classes_per_client: int = _f(2, 'shards: labels per client (s)', group='data')
+  dirichlet_alpha: float = _f(0.5, 'dirichlet / dirichlet_client / quantity concentration',
+                              group='data')
   test_partition: str = _f('none', 'split the test set across clients like the train set',
-                           ('none', 'like_train'))
+                           ('none', 'like_train'), group='data')
   cohort_sampler: str = _f('uniform', 'cohort sampling; cover_classes requires the cohort\'s '
-                           'labels to cover every class', ('uniform', 'cover_classes'))
-  scenario: str = _f('static', 'static; concept_shift (labels remapped before each round); '
-                     'longtail_stateless (fresh long-tailed clients every round)',
-                     ('static', 'concept_shift', 'longtail_stateless'))
-  concept_shift_prob: float = _f(0.05, 'concept_shift: per-class remapping probability per round')
-  imbalance_ratio: float = _f(0.01, 'longtail_stateless: rarest / most frequent class share')
+                           'labels to cover every class', ('uniform', 'cover_classes'),
+                           group='server')
+  scenario: str = _f('static', 'how clients and labels change over rounds',
+                     ('static', 'concept_shift', 'longtail_stateless'), group='data')
+  concept_shift_prob: float = _f(0.05, 'concept_shift: per-class remapping probability per round',
+                                 group='data')
+  imbalance_ratio: float = _f(0.01, 'longtail_stateless: rarest / most frequent class share',
+                              group='data')
   client_fraction: float = _f(0.1, 'longtail_stateless: share of the training set each fresh '
-                              'client samples before the long-tail trim')
-  num_clients: int = _f(50, 'total number of clients N')
-  clients_per_round: int = _f(10, 'cohort size K, sampled uniformly without replacement')
+                              'client samples before the long-tail trim', group='data')
+  num_clients: int = _f(50, 'total number of clients N', group='data')
+  clients_per_round: int = _f(10, 'cohort size K, sampled uniformly without replacement',
+                              group='server')
   # Local work.
-  rounds: int = _f(50, 'communication rounds')
-  local_steps: int = _f(0, 'H local steps per client (exclusive with --local_epochs)')
-  local_epochs: int = _f(1, 'E local epochs: client i runs E*ceil(n_i/B) steps')
-  batch_size: int = _f(32, 'local minibatch size; 0 = the client\'s full data every step')
-  lr: float = _f(0.05, 'local learning rate eta')
-  local_momentum: float = _f(0.0, 'local SGD momentum')
-  weight_decay: float = _f(0.0, 'L2 weight decay added to the local gradient')
+  rounds: int = _f(50, 'communication rounds', group='run')
+  local_steps: int = _f(0, 'H local steps per client (exclusive with --local_epochs)',
+                        group='local training')
+  local_epochs: int = _f(0, 'E local epochs: client i runs E*ceil(n_i/B) steps; 0 = 1 '
+                         'unless --local_steps is set',
+                         group='local training')
+  batch_size: int = _f(32, 'local minibatch size; 0 = the client\'s full data every step',
+                       group='local training')
+  lr: float = _f(0.05, 'local learning rate eta', group='local training')
+  local_momentum: float = _f(0.0, 'local SGD momentum', group='local training')
+  weight_decay: float = _f(0.0, 'L2 weight decay added to the local gradient',
+                           group='local training')
   # Server.
-  server_lr: float = _f(1.0, 'server learning rate (alpha)')
+  server_lr: float = _f(1.0, 'server learning rate (alpha)', group='server')
   weighting: str = _f('auto', 'aggregation weights p_i: auto = the paper\'s own (uniform for '
                       'scaffold, feddyn, igfl*, fedadam/yogi/adagrad; examples otherwise)',
-                      ('auto', 'uniform', 'examples'))
-  # Algorithm hyperparameters (../shared/ALGORITHMS.md).
-  beta: float = _f(0.9, 'FedADC / SlowMo momentum beta')
+                      ('auto', 'uniform', 'examples'), group='server')
+  # Algorithm hyperparameters (each fedjax_drift/algorithms/*.py states its equations).
+  beta: float = _f(0.9, 'FedADC / SlowMo momentum beta', group='algorithm')
   beta_local: float = _f(-1.0, 'FedADC beta_local for m_bar = beta_local m_t / H_i; -1 = --beta '
-                         '(1 gives the 2021 conference version)')
-  beta_global: float = _f(-1.0, 'FedADC beta_global; -1 = --beta')
-  fedadc_variant: str = _f('heavy_ball', 'FedADC local step', ('heavy_ball', 'nesterov'))
-  phi: float = _f(0.9, 'FedADC double momentum: local EMA coefficient')
-  kd_lambda: float = _f(0.35, 'FedADC+ self-confidence distillation weight lambda')
-  kd_temperature: float = _f(1.0, 'distillation temperature tau (FedADC+, FedGKD)')
-  for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)')
-  gkd_gamma: float = _f(0.2, 'FedGKD distillation weight gamma (the loss adds gamma/2 KL)')
-  gkd_buffer: int = _f(5, 'FedGKD / FedGKD-Vote: number M of past global models kept')
-  vote_lambda: float = _f(0.1, 'FedGKD-Vote scale lambda')
-  vote_val_size: int = _f(500, 'FedGKD-Vote: training examples held out for server validation')
-  attention: str = _f('self', 'IGFL-S attention query', ('self', 'global', 'time'))
-  attention_similarity: str = _f('dot', 'IGFL-S score', ('dot', 'cosine'))
-  attention_temperature: float = _f(1.0, 'IGFL-S scores are divided by this')
+                         '(1 gives the 2021 conference version)', group='algorithm')
+  beta_global: float = _f(-1.0, 'FedADC beta_global; -1 = --beta', group='algorithm')
+  fedadc_variant: str = _f('heavy_ball', 'FedADC local step', ('heavy_ball', 'nesterov'),
+                           group='algorithm')
+  phi: float = _f(0.9, 'FedADC double momentum: local EMA coefficient', group='algorithm')
+  kd_lambda: float = _f(0.35, 'FedADC+ self-confidence distillation weight lambda',
+                        group='algorithm')
+  kd_temperature: float = _f(1.0, 'distillation temperature tau (FedADC+, FedGKD)',
+                             group='algorithm')
+  for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)', group='algorithm')
+  gkd_gamma: float = _f(0.2, 'FedGKD distillation weight gamma (the loss adds gamma/2 KL)',
+                        group='algorithm')
+  gkd_buffer: int = _f(5, 'FedGKD / FedGKD-Vote: number M of past global models kept',
+                       group='algorithm')
+  vote_lambda: float = _f(0.1, 'FedGKD-Vote scale lambda', group='algorithm')
+  vote_val_size: int = _f(500, 'FedGKD-Vote: training examples held out for server validation',
+                          group='algorithm')
+  attention: str = _f('self', 'IGFL-S attention query', ('self', 'global', 'time'),
+                      group='algorithm')
+  attention_similarity: str = _f('dot', 'IGFL-S score', ('dot', 'cosine'), group='algorithm')
+  attention_temperature: float = _f(1.0, 'IGFL-S scores are divided by this', group='algorithm')
   igfl_group: float = _f(1.0, 'IGFL-C: scale of the group term Delta_G (1 = the paper, '
-                         '0 = FedAvg steps)')
-  prox_mu: float = _f(0.01, 'FedProx mu')
-  dyn_alpha: float = _f(0.01, 'FedDyn alpha')
-  curv_lambda: float = _f(0.01, 'FedCurv lambda')
-  ntd_beta: float = _f(0.3, 'FedNTD beta')
-  ntd_temperature: float = _f(1.0, 'FedNTD temperature tau')
-  rs_alpha: float = _f(0.5, 'FedRS: scale of absent classes\' logits (1 = FedAvg)')
-  moon_mu: float = _f(1.0, 'MOON contrastive weight mu')
-  moon_temperature: float = _f(0.5, 'MOON temperature tau')
-  moon_projection_dim: int = _f(256, 'MOON projection head width')
+                         '0 = FedAvg steps)', group='algorithm')
+  prox_mu: float = _f(0.01, 'FedProx mu', group='algorithm')
+  dyn_alpha: float = _f(0.01, 'FedDyn alpha', group='algorithm')
+  curv_lambda: float = _f(0.01, 'FedCurv lambda', group='algorithm')
+  ntd_beta: float = _f(0.3, 'FedNTD beta', group='algorithm')
+  ntd_temperature: float = _f(1.0, 'FedNTD temperature tau', group='algorithm')
+  rs_alpha: float = _f(0.5, 'FedRS: scale of absent classes\' logits (1 = FedAvg)',
+                       group='algorithm')
+  moon_mu: float = _f(1.0, 'MOON contrastive weight mu', group='algorithm')
+  moon_temperature: float = _f(0.5, 'MOON temperature tau', group='algorithm')
+  moon_projection_dim: int = _f(256, 'MOON projection head width', group='algorithm')
   server_optimizer: str = _f('', 'override the server optimizer: avg, slowmo, adam, yogi, '
-                             'adagrad')
-  server_beta1: float = _f(0.9, 'FedAdam/FedYogi/FedAdagrad first-moment decay')
-  server_beta2: float = _f(0.99, 'FedAdam/FedYogi second-moment decay')
-  server_tau: float = _f(0.01, 'FedAdam/FedYogi/FedAdagrad adaptivity tau')
-  server_momentum: float = _f(0.0, 'add SlowMo server momentum with this beta to any algorithm')
+                             'adagrad', group='server')
+  server_beta1: float = _f(0.9, 'FedAdam/FedYogi/FedAdagrad first-moment decay', group='server')
+  server_beta2: float = _f(0.99, 'FedAdam/FedYogi second-moment decay', group='server')
+  server_tau: float = _f(0.01, 'FedAdam/FedYogi/FedAdagrad adaptivity tau', group='server')
+  server_momentum: float = _f(0.0, 'add SlowMo server momentum with this beta to any algorithm',
+                              group='server')
   local_terms: str = _f('', 'comma list of extra local parts: fedadc, self_kd, for, gkd, '
-                        'gkd_vote, igfl_c, prox, scaffold, dyn, curv, ntd, rs')
+                        'gkd_vote, igfl_c, prox, scaffold, dyn, curv, ntd, rs', group='algorithm')
   aggregator: str = _f('', 'override the aggregator: mean, attention_self, attention_global, '
-                       'attention_time')
+                       'attention_time', group='algorithm')
   # Personalisation after training (FedADC §IV-D).
   personalize: str = _f('none', 'calibrate: each client fine-tunes the last layer on its data',
-                        ('none', 'calibrate'))
-  personalize_epochs: int = _f(2, 'local epochs of classifier calibration')
-  personalize_term: str = _f('none', 'extra calibration term', ('none', 'prox', 'self_kd'))
+                        ('none', 'calibrate'), group='algorithm')
+  personalize_epochs: int = _f(2, 'local epochs of classifier calibration', group='algorithm')
+  personalize_term: str = _f('none', 'extra calibration term', ('none', 'prox', 'self_kd'),
+                             group='algorithm')
   # Execution.
-  seed: int = _f(0, 'run seed: partition, init, cohorts and batches derive from it')
+  seed: int = _f(0, 'run seed: partition, init, cohorts and batches derive from it', group='run')
   client_parallelism: str = _f('auto', 'how cohort clients run inside the compiled round',
-                               ('auto', 'vmap', 'sequential'))
-  cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism')
-  devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)')
+                               ('auto', 'vmap', 'sequential'), group='run')
+  cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism',
+                         group='run')
+  devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)', group='run')
   memory_budget_gb: float = _f(0.0, 'refuse to start if XLA estimates one segment needs more '
-                               'than this (0 = 90% of the memory available now)')
-  seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program')
+                               'than this (0 = 90% of the memory available now)', group='run')
+  seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program', group='run')
   grid: str = _f('', "sweep float hyperparameters in the same program, e.g. "
-                 "'lr:0.01,0.05;beta:0.8,0.9' (the cartesian product)")
-  run_chunk: int = _f(0, 'runs vmapped together in a sweep; 0 = all')
+                 "'lr:0.01,0.05;beta:0.8,0.9' (the cartesian product)", group='run')
+  run_chunk: int = _f(0, 'runs vmapped together in a sweep; 0 = all', group='run')
   # Evaluation and output.
-  eval_every: int = _f(5, 'evaluate the global model every this many rounds')
-  eval_batch_size: int = _f(1000, 'test examples per evaluation batch')
-  target_accuracy: float = _f(0.7, 'report the first round reaching this test accuracy')
-  out: str = _f('', 'run directory (default: runs/<algo>-<dataset>-<partition>-s<seed>-<time>)')
+  eval_every: int = _f(5, 'evaluate the global model every this many rounds', group='output')
+  eval_batch_size: int = _f(1000, 'test examples per evaluation batch', group='output')
+  target_accuracy: float = _f(0.7, 'report the first round reaching this test accuracy',
+                              group='output')
+  out: str = _f('', 'run directory (default: runs/<algo>-<dataset>-<partition>-s<seed>-<time>)',
+                group='output')
   overwrite: str = dataclasses.field(default='', metadata={
       **_f('', "replace an existing run directory: bare --overwrite removes only the files "
            "fedjax-drift wrote (refusing if others are there); --overwrite=force removes "
            "everything but the inputs").metadata, 'const': 'yes'})
   checkpoint_every: int = _f(0, 'save the state pytree every this many rounds (0 = at every '
-                             'evaluation)')
-  keep_checkpoints: int = _f(2, 'checkpoints kept in RUN_DIR/checkpoints')
-  resume: bool = _f(False, 'continue the run in --out from its latest checkpoint')
-  save_params: str = _f('', 'write the final global parameters to this .npz')
-  progress: bool = _f(True, 'show a progress bar')
+                             'evaluation)', group='run')
+  keep_checkpoints: int = _f(2, 'checkpoints kept in RUN_DIR/checkpoints', group='run')
+  resume: bool = _f(False, 'continue the run in --out from its latest checkpoint', group='run')
+  save_params: str = _f('', 'write the final global parameters to this .npz', group='output')
+  tensorboard: bool = _f(False, 'also write the metrics as TensorBoard events to '
+                        'RUN_DIR/tensorboard (pip install "fedjax-drift[tensorboard]")',
+                        group='output')
+  progress: bool = _f(True, 'show a progress bar', group='output')
+
+  def __post_init__(self):
+    if self.local_steps == 0 and self.local_epochs == 0:  # neither given: one epoch
+      self.local_epochs = 1
 
   def validate(self):
     """Raises UserError naming the first bad flag; returns self."""
@@ -192,27 +226,30 @@ class Config:
       raise UserError(f'--weight_decay={self.weight_decay} must be >= 0')
     if not 0 <= self.target_accuracy <= 1:
       raise UserError(f'--target_accuracy={self.target_accuracy} must be in [0, 1]')
-    if (self.local_steps > 0) == (self.local_epochs > 0):
-      raise UserError('set exactly one of --local_steps=H and --local_epochs=E (the other 0); '
-                      f'got --local_steps={self.local_steps} --local_epochs={self.local_epochs}')
+    if self.local_steps > 0 and self.local_epochs > 0:
+      raise UserError(f'--local_steps={self.local_steps} and --local_epochs={self.local_epochs} '
+                      'conflict: give only one of them')
     if self.clients_per_round > self.num_clients and not self.partition.startswith('file:'):
       raise UserError(f'--clients_per_round={self.clients_per_round} exceeds '
                       f'--num_clients={self.num_clients}')
     if not (self.partition in PARTITIONS or self.partition.startswith('file:')):
       raise UserError(f'--partition={self.partition} is unknown; use one of '
-                      f'{", ".join(PARTITIONS)} or file:PATH')
+                      f'{", ".join(PARTITIONS)} or file:PATH'
+                      f'{did_you_mean(self.partition, PARTITIONS)}')
     if self.partition == 'shards' and self.classes_per_client < 1:
       raise UserError('--classes_per_client must be >= 1 with --partition=shards')
     for f in dataclasses.fields(self):
       choices = f.metadata.get('choices')
       if choices and getattr(self, f.name) not in choices:
         raise UserError(f'--{f.name}={getattr(self, f.name)} is not one of '
-                        f'{", ".join(choices)}')
+                        f'{", ".join(choices)}{did_you_mean(getattr(self, f.name), choices)}')
     if self.personalize == 'calibrate' and self.test_partition != 'like_train':
       raise UserError('--personalize=calibrate needs a per-client test split: add '
                       '--test_partition=like_train')
     if self.personalize_epochs < 1:
       raise UserError(f'--personalize_epochs={self.personalize_epochs} must be >= 1')
+    if self.tensorboard and importlib.util.find_spec('tensorboardX') is None:
+      raise UserError('--tensorboard needs tensorboardX: pip install "fedjax-drift[tensorboard]"')
     if self.save_params and not self.save_params.endswith('.npz'):
       raise UserError(f'--save_params={self.save_params} must end in .npz')
     return self
@@ -234,4 +271,6 @@ def from_dict(values: dict, base: Optional[Config] = None) -> Config:
   unknown = sorted(set(values) - known)
   if unknown:
     raise UserError(f'unknown flag --{unknown[0]}')
-  return dataclasses.replace(base or Config(), **values)
+  if base is None:  # fields not in `values` keep their defaults, resolved together
+    return Config(**values)
+  return dataclasses.replace(base, **values)

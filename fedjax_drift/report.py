@@ -128,15 +128,25 @@ def plot_partition(path, label_hist, title, max_clients=100):
   plt.close(fig)
 
 
+# rounds.csv's drift columns, with the title of their panel in drift.png.
+DRIFT_COLUMNS = {
+    'client_update_norm_mean': 'mean of client update norms',
+    'mean_update_norm': 'norm of the mean update',
+    'update_cosine': 'mean cosine of client updates to their mean',
+    'client_loss_std': 'std of client training losses',
+}
+
+
 def plot_drift(path, rows):
   """The per-round drift diagnostics from rounds.csv."""
   plt = _figure()
-  keys = ('update_norm', 'mean_update_norm', 'update_cosine', 'client_loss_std')
-  fig, axes = plt.subplots(1, 4, figsize=(16, 3.2))
+  keys = [k for k in DRIFT_COLUMNS if rows and k in rows[0]]
+  fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(4 * max(len(keys), 1), 3.2),
+                           squeeze=False)
   r = [row['round'] for row in rows]
-  for ax, k in zip(axes, keys):
+  for ax, k in zip(axes[0], keys):
     ax.plot(r, [row[k] for row in rows])
-    ax.set_title(k.replace('_', ' '))
+    ax.set_title(DRIFT_COLUMNS[k], fontsize=9)
     ax.set_xlabel('round')
     ax.grid(alpha=0.3)
   _save(fig, path)

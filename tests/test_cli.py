@@ -30,7 +30,7 @@ def cli(*args, cwd=None):
     (['--bogus=1'], '--bogus'),
     (['--dataset=npz:/no/such.npz'], '/no/such.npz'),
     (['--weighting=median'], '--weighting'),
-    (['--local_steps=5'], '--local_steps'),
+    (['--local_steps=5', '--local_epochs=2'], '--local_steps'),
 ])
 def test_bad_input_one_line_exit_2(tmp_path, args, flag):
   out = tmp_path / 'run'

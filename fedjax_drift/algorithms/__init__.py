@@ -16,7 +16,7 @@ from fedjax_drift.algorithms import (fedadc, fedbn, fedcurv, feddyn, fedfor, fed
                                      fedrs, igfl, local, moon, scaffold,
                                      server_optimizers)
 from fedjax_drift.algorithms.parts import compose
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, did_you_mean
 
 
 class Recipe(NamedTuple):
@@ -68,7 +68,8 @@ def _split(text):
 def recipe(config) -> Recipe:
   """The recipe for config.algo with the composition flags applied; validates them."""
   if config.algo not in RECIPES:
-    raise UserError(f'--algo={config.algo} is unknown; use one of {", ".join(NAMES)}')
+    raise UserError(f'--algo={config.algo} is unknown; use one of {", ".join(NAMES)}'
+                    f'{did_you_mean(config.algo, NAMES)}')
   base = RECIPES[config.algo]
   extra = _split(config.local_terms)
   for t in extra:
@@ -155,6 +156,7 @@ def _part(name, c, model, server_data, parts):
   if name == 'moon':
     return moon.contrastive_term(c.moon_mu, c.moon_temperature, model.features)
   if name == 'fedbn':
+    fedbn.check_has_norms(model)
     return fedbn.local_norms()
   if name.startswith('attention_'):
     return igfl.attention(name[len('attention_'):], c.attention_similarity,

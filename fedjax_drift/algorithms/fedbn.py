@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift.errors import UserError
+from fedjax_drift.models.zoo import MODELS
 
 
 def is_norm_leaf(path):
@@ -31,6 +33,15 @@ def with_norm_leaves(params, norms):
   it = iter(norms)
   return jax.tree_util.tree_unflatten(
       treedef, [next(it) if is_norm_leaf(path) else leaf for path, leaf in flat])
+
+
+def check_has_norms(model):
+  """Raises UserError if `model` (a models.Model) has no norm layers for FedBN to keep."""
+  params = jax.eval_shape(model.init, jax.random.key(0))
+  if not norm_leaves(params):
+    with_bn = ', '.join(n for n in MODELS if n.endswith('_bn'))
+    raise UserError(f'--algo=fedbn needs a model with BatchNorm layers ({with_bn}); '
+                    f'--model={model.name} has none')
 
 
 def local_norms():

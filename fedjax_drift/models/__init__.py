@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, did_you_mean
 from fedjax_drift.models.zoo import MODELS, WithProjection
 
 
@@ -30,7 +30,8 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0):
   projection_dim > 0 adds MOON's projection head; `features` then returns its output.
   """
   if name not in MODELS:
-    raise UserError(f'--model={name} is unknown; use one of {", ".join(MODELS)}')
+    raise UserError(f'--model={name} is unknown; use one of {", ".join(MODELS)}'
+                    f'{did_you_mean(name, MODELS)}')
   if init not in ('default', 'zeros'):
     raise UserError(f'--init={init} is unknown; use default or zeros')
   ctor, family = MODELS[name]
