@@ -4,7 +4,7 @@ A balanced, seeded subset (per-class counts fixed below) of Fashion-MNIST (Zalan
 licence), stored as uint8 so the package can run real experiments with no network and no data
 folder. Run from the project root:
 
-    python scripts/build_embedded_dataset.py --source=../shared/data/fashion-mnist
+    python scripts/build_embedded_dataset.py --source=DIR  # DIR: Fashion-MNIST IDX .gz files
 """
 import argparse
 import hashlib
@@ -31,7 +31,8 @@ def balanced_subset(x, y, per_class, rng):
 
 def main():
   parser = argparse.ArgumentParser()
-  parser.add_argument('--source', default='../shared/data/fashion-mnist')
+  parser.add_argument('--source', required=True,
+                      help='directory of the four Fashion-MNIST IDX .gz files')
   parser.add_argument('--out', default='fedjax_drift/data/fashion_mnist_small.npz')
   args = parser.parse_args()
   x_train, y_train, x_test, y_test = read_idx_dir(args.source)

@@ -1,6 +1,6 @@
 """Distillation terms shared by FedADC+, FedGKD and FedNTD.
 
-Convention (../shared/ALGORITHMS.md): a distillation term is the batch mean of
+Convention (the papers are silent on it): a distillation term is the batch mean of
 KL(teacher_tau || student_tau), both temperature-tau softmaxes of logits, the teacher without
 gradient, and no tau^2 factor.
 """

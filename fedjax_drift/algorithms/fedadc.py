@@ -1,4 +1,4 @@
-"""FedADC and its variants (Ozfatura et al.; ../shared/ALGORITHMS.md, "FedADC").
+"""FedADC and its variants (Ozfatura et al.).
 
 The server's momentum m_t is embedded into every local step, spread over the client's own
 H_i steps (Algorithm 3):

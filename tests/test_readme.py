@@ -1,0 +1,225 @@
+"""Every command in README.md runs: fenced shell blocks, inline `python ...` commands and the
+Python example, each shrunk to about one round and writing into a temporary directory.
+
+The commands are parsed from the README, not copied here, so the README cannot drift: a new
+command is tested as soon as it is written. Placeholders (DIR, RUN_DIR, NAME, DATE) stand for
+a temporary path, synthetic downloads (tests/fixtures.py) or the first preset. Datasets that
+need files are imported from those synthetic downloads into a temporary cache first.
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+import fixtures
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, 'README.md')
+FENCE = re.compile(r'^```(\w*)[^\n]*\n(.*?)^```', re.M | re.S)
+INLINE = re.compile(r'`((?:python|fedjax-drift-data) [^`]+)`')
+SHELL = ('bash', 'sh', 'shell', 'console', '')
+PLACEHOLDER = re.compile(r'\b(RUN_DIR|DIR|NAME|DATE)\b')
+SHRINK = {  # script -> flags appended so that a command does about one round
+    'experiments/run.py': ['--rounds=1', '--eval_every=1', '--progress=false'],
+    'experiments/presets.py': ['--rounds=1', '--seeds=1'],
+    'benchmarks/bench.py': ['--workloads=logreg_k100', '--rounds=1'],
+}
+
+
+def _readme():
+  with open(README, encoding='utf-8') as f:
+    return f.read()
+
+
+def _split_shell(block):
+  """Shell text -> argv lists: continuations joined, comments dropped, split at &&."""
+  commands = []
+  for line in block.replace('\\\n', ' ').splitlines():
+    words = shlex.split(line, comments=True)
+    while words:
+      cut = words.index('&&') if '&&' in words else len(words)
+      commands.append(words[:cut])
+      words = words[cut + 1:]
+  return [c for c in commands if c]
+
+
+def readme_commands():
+  """(kind, payload) in README order: ('shell', argv) or ('python', source)."""
+  text = _readme()
+  found = []
+  for lang, body in FENCE.findall(text):
+    if lang == 'python':
+      found.append(('python', body))
+    elif lang in SHELL:
+      found += [('shell', argv) for argv in _split_shell(body)]
+  for span in INLINE.findall(FENCE.sub('', text)):
+    found += [('shell', argv) for argv in _split_shell(' '.join(span.split()))]
+  return found
+
+
+def _id(item):
+  kind, payload = item
+  text = payload if kind == 'python' else ' '.join(payload)
+  return ' '.join(text.split())[:80]
+
+
+COMMANDS = readme_commands()
+RUNNABLE = [c for c in COMMANDS
+            if c[0] == 'python' or c[1][0] not in ('pip',) and c[1][1:3] != ['-m', 'pytest']]
+
+
+@pytest.fixture(scope='module')
+def world(tmp_path_factory):
+  """Synthetic downloads, a cache with them imported, and the environment for commands."""
+  root = tmp_path_factory.mktemp('readme')
+  downloads = root / 'downloads'
+  fixtures.write_downloads(str(downloads))
+  env = dict(os.environ, FEDJAX_DRIFT_CACHE=str(root / 'cache'), PYTHONPATH=ROOT)
+  from fedjax_drift.data import prepare  # pylint: disable=g-import-not-at-top
+  old = os.environ.get('FEDJAX_DRIFT_CACHE')
+  os.environ['FEDJAX_DRIFT_CACHE'] = env['FEDJAX_DRIFT_CACHE']
+  try:
+    prepare.import_dir(str(downloads))
+  finally:
+    if old is None:
+      del os.environ['FEDJAX_DRIFT_CACHE']
+    else:
+      os.environ['FEDJAX_DRIFT_CACHE'] = old
+  return {'root': root, 'downloads': str(downloads), 'env': env}
+
+
+def _substitute(argv, values):
+  return [PLACEHOLDER.sub(lambda m: values[m.group(1)], a) for a in argv]
+
+
+def _first_preset():
+  sys.path.insert(0, os.path.join(ROOT, 'experiments'))
+  import presets  # pylint: disable=g-import-not-at-top
+  return sorted(presets.PRESETS)[0]
+
+
+def _prepare(argv, world, tmp_path):
+  """The README argv made runnable here: env prefix split off, placeholders filled, shrunk.
+  Returns (env, argv, setup argv or None)."""
+  env = dict(world['env'])
+  while argv and re.fullmatch(r'[A-Z_]+=.*', argv[0]):
+    key, _, value = argv[0].partition('=')
+    env[key] = value
+    argv = argv[1:]
+  run_dir = str(tmp_path / 'run')
+  values = {'RUN_DIR': run_dir, 'DIR': world['downloads'], 'DATE': 'readme-test',
+            'NAME': _first_preset() if 'NAME' in ' '.join(argv) else 'NAME'}
+  argv = _substitute(argv, values)
+  if argv[0] == 'fedjax-drift-data':
+    argv = [sys.executable, '-m', 'fedjax_drift.data.prepare'] + argv[1:]
+  if argv[0] == 'python':
+    argv = [sys.executable] + argv[1:]
+  script = argv[1] if len(argv) > 1 else ''
+  setup = None
+  if script in SHRINK:
+    argv = argv + SHRINK[script]
+  if script == 'experiments/run.py':
+    if '--resume' in argv:  # something to resume: one round first, then one more
+      setup = [a for a in argv if a != '--resume'] + [f'--out={run_dir}']
+      argv = argv + ['--rounds=2']
+    elif not any(a.startswith('--out=') for a in argv):
+      argv = argv + [f'--out={run_dir}']
+  if script == 'benchmarks/bench.py':
+    argv = [a for a in argv if not a.startswith('--out=')] + [f'--out={tmp_path / "b.json"}']
+  if script == 'experiments/presets.py':
+    argv = argv + [f'--out={tmp_path / "presets"}']
+  return env, argv, setup
+
+
+def _check(result, argv):
+  assert result.returncode == 0, f'{" ".join(argv)}\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}'
+
+
+def test_readme_has_commands():
+  scripts = {c[1][1] for c in COMMANDS if c[0] == 'shell' and len(c[1]) > 1}
+  assert 'experiments/run.py' in scripts
+  assert any(c[0] == 'python' for c in COMMANDS)
+  for kind, argv in COMMANDS:
+    if kind == 'shell' and argv[0] == 'python' and argv[1].endswith('.py'):
+      assert os.path.exists(os.path.join(ROOT, argv[1])), argv
+
+
+def test_readme_test_command_is_the_ci_command():
+  tests = [argv for kind, argv in COMMANDS if kind == 'shell' and argv[1:3] == ['-m', 'pytest']]
+  assert tests, 'the README shows no test command'
+  with open(os.path.join(ROOT, '.ci', 'run')) as f:
+    ci = [shlex.split(line) for line in f if line.strip().startswith('python -m pytest')]
+  assert ci and ci[-1] in tests, (tests, ci)  # variants (e.g. -m "not slow") may follow it
+
+
+def test_readme_run_commands_parse_and_validate():
+  """Quick: every run.py command's flags parse and validate (the slow test runs them)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import fedjax_drift  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location('run_cli', os.path.join(ROOT, 'experiments',
+                                                                         'run.py'))
+  run = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(run)
+  parser = run.build_parser(fedjax_drift.Config)
+  for kind, argv in COMMANDS:
+    if kind != 'shell' or 'experiments/run.py' not in argv or {'--help', '--list'} & set(argv):
+      continue
+    args = _substitute(argv[argv.index('experiments/run.py') + 1:],
+                       {'RUN_DIR': 'r', 'DIR': 'd', 'DATE': 'd', 'NAME': 'n'})
+    run.check_flag_names(parser, args)
+    config = fedjax_drift.Config(**vars(parser.parse_args(args)))
+    config.validate()
+    fedjax_drift.algorithms.recipe(config)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('item', RUNNABLE, ids=[_id(c) for c in RUNNABLE])
+def test_readme_command_runs(item, world, tmp_path):
+  kind, payload = item
+  if kind == 'python':
+    _run_python_example(payload, world, tmp_path)
+    return
+  if payload[1:2] == ['benchmarks/bench.py']:
+    pytest.importorskip('torch', reason='the benchmark needs pip install ".[bench]"')
+  env, argv, setup = _prepare(list(payload), world, tmp_path)
+  if argv[1:2] == ['experiments/presets.py']:
+    help_text = subprocess.run(argv[:2] + ['--help'], capture_output=True, text=True,
+                               cwd=ROOT, env=env).stdout
+    if '--out' not in help_text:
+      pytest.skip('experiments/presets.py has no --out yet: it would write into the repository')
+  for command in ([setup] if setup else []) + [argv]:
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env,
+                            timeout=1200)
+    _check(result, command)
+
+
+def _run_python_example(source, world, tmp_path):
+  """The README's Python, with every Config shrunk to one round in tmp_path."""
+  prelude = (
+      'import fedjax_drift\n'
+      '_Config = fedjax_drift.Config\n'
+      'def _small(**kw):\n'
+      f'  kw.update(rounds=1, eval_every=1, progress=False, out={str(tmp_path / "py")!r})\n'
+      '  return _Config(**kw)\n'
+      'fedjax_drift.Config = _small\n')
+  result = subprocess.run([sys.executable, '-c', prelude + source], capture_output=True,
+                          text=True, cwd=ROOT, env=world['env'], timeout=1200)
+  _check(result, ['python', '-c', source])
+
+
+def test_nothing_points_outside_the_repository():
+  """No file may point into a sibling folder that a clone of this repository lacks."""
+  skip_dirs = {'.git', '.ci-venv', 'runs', '__pycache__', '.pytest_cache'}
+  needle = '../' + 'shared'
+  offenders = []
+  for dirpath, dirs, files in os.walk(ROOT):
+    dirs[:] = [d for d in dirs if d not in skip_dirs and not d.endswith('.egg-info')]
+    for name in files:
+      if name.endswith(('.py', '.md', '.toml', '.txt', '.json', '.cfg', '.sh')) or name == 'run':
+        with open(os.path.join(dirpath, name), encoding='utf-8', errors='replace') as f:
+          if needle in f.read():
+            offenders.append(os.path.relpath(os.path.join(dirpath, name), ROOT))
+  assert not offenders, offenders
