@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift.errors import UserError, did_you_mean
+from fedjax_drift.models import layers
 from fedjax_drift.models.zoo import MODELS, WithProjection
 
 
@@ -22,13 +23,20 @@ class Model(NamedTuple):
   # the updated batch statistics, which local training writes back after each step.
   train_apply: Callable = None
   has_state: bool = False
+  conv_impl: str = 'im2col'  # how its convolutions are computed (models/layers.py)
 
 
-def get(name, num_classes, input_shape, init='default', projection_dim=0):
+def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_impl='auto'):
   """Builds model `name` for inputs of `input_shape` (one example, no batch axis).
 
   projection_dim > 0 adds MOON's projection head; `features` then returns its output.
+  conv_impl (auto, im2col, lax; see models/layers.py) picks how convolutions are computed;
+  auto resolves now, for the default backend: im2col on CPU, lax.conv on GPU/TPU.
   """
+  if conv_impl not in layers.CONV_IMPLS:
+    raise UserError(f'--conv_impl={conv_impl} is unknown; use one of '
+                    f'{", ".join(layers.CONV_IMPLS)}')
+  conv_impl = layers.resolve_conv_impl(conv_impl)
   if name not in MODELS:
     raise UserError(f'--model={name} is unknown; use one of {", ".join(MODELS)}'
                     f'{did_you_mean(name, MODELS)}')
@@ -45,6 +53,13 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0):
   if has_state and projection_dim:
     raise UserError(f'--model={name} (BatchNorm) does not combine with a projection head yet')
 
+  def scoped(fn):  # every trace of the module sees the chosen convolution
+    def wrapped(*args, **kwargs):
+      with layers.conv_impl(conv_impl):
+        return fn(*args, **kwargs)
+    return wrapped
+
+  @scoped
   def init_fn(key):
     variables = module.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32),
                             return_features=True)
@@ -56,12 +71,15 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0):
   def variables(params):
     return params if has_state else {'params': params}
 
+  @scoped
   def apply_fn(params, x):
     return module.apply(variables(params), x)
 
+  @scoped
   def features_fn(params, x):
     return module.apply(variables(params), x, return_features=True)
 
+  @scoped
   def train_apply(params, x):
     if not has_state:
       return apply_fn(params, x), None
@@ -69,7 +87,7 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0):
     return logits, dict(updates)
 
   return Model(name, family, init_fn, apply_fn, tuple(input_shape), features_fn, train_apply,
-               has_state)
+               has_state, conv_impl)
 
 
 def num_params(params):

@@ -1,15 +1,53 @@
-"""Layers written for XLA:CPU's strengths (see ../shared/PERF-NOTES.md and benchmarks/).
+"""Layers written for XLA:CPU's strengths (measured in benchmarks/).
 
 On this CPU, autodiff of `lax.conv_general_dilated` inside loops is about 28x slower than a GEMM
 for the kernel gradient, and flax's max-pool backward is slow. So convolutions are im2col
 (shifted slices, concatenated) followed by one matmul, and 2x2 max-pooling is the max of four
-strided slices. Both are exact re-expressions of the usual ops (tests/test_models.py checks them
+strided slices. Both are exact re-expressions of the usual ops (tests/test_layers.py checks them
 against lax.conv and nn.max_pool), and their gradients are only slices, pads and GEMMs.
-"""
-from typing import Any
 
+On GPU and TPU the native convolution (cuDNN, the TPU's MXU) is the better choice, so the
+convolution is selectable (`--conv_impl`):
+  im2col  patches + one GEMM (the CPU default)
+  lax     `lax.conv_general_dilated` (the GPU/TPU default)
+  auto    im2col on CPU, lax elsewhere (`resolve_conv_impl`)
+A `Conv` uses its own `impl` if set, else the one of the enclosing `conv_impl(...)` scope;
+`models.get(..., conv_impl=...)` opens that scope around every init/apply, so model classes
+need not pass the choice down and the engine never sees it.
+"""
+import contextlib
+import contextvars
+from typing import Any, Optional
+
+import jax
 import jax.numpy as jnp
 from flax import linen as nn
+
+CONV_IMPLS = ('auto', 'im2col', 'lax')
+_CONV_IMPL = contextvars.ContextVar('conv_impl', default='im2col')
+
+
+def resolve_conv_impl(impl='auto', backend=None):
+  """'auto' -> 'im2col' on CPU, 'lax' on GPU/TPU (backend: default jax.default_backend())."""
+  if impl not in CONV_IMPLS:
+    raise ValueError(f'conv_impl must be one of {", ".join(CONV_IMPLS)}, got {impl!r}')
+  if impl != 'auto':
+    return impl
+  return 'im2col' if (backend or jax.default_backend()) == 'cpu' else 'lax'
+
+
+@contextlib.contextmanager
+def conv_impl(impl):
+  """Convolutions built or applied inside this scope use `impl` (resolved; see module doc)."""
+  token = _CONV_IMPL.set(resolve_conv_impl(impl))
+  try:
+    yield
+  finally:
+    _CONV_IMPL.reset(token)
+
+
+def current_conv_impl():
+  return _CONV_IMPL.get()
 
 
 def im2col(x, kernel_size, padding):
@@ -32,19 +70,32 @@ def max_pool_2x2(x):
                      jnp.maximum(x[:, 1::2, 0::2], x[:, 1::2, 1::2]))
 
 
+def conv2d(x, kernel, padding='SAME', impl='im2col'):
+  """Stride-1 convolution of NHWC `x` with an HWIO `kernel` (square, odd or even size)."""
+  if impl == 'lax':
+    return jax.lax.conv_general_dilated(x, kernel, (1, 1), padding,
+                                        dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  if impl != 'im2col':
+    raise ValueError(f'conv2d: impl must be im2col or lax, got {impl!r}')
+  k, _, c, f = kernel.shape
+  return im2col(x, k, padding) @ kernel.reshape(k * k * c, f)
+
+
 class Conv(nn.Module):
-  """Stride-1 2-D convolution (NHWC, HWIO kernel) computed as im2col + GEMM."""
+  """Stride-1 2-D convolution (NHWC, HWIO kernel): im2col + GEMM, or lax.conv (`impl`)."""
   features: int
   kernel_size: int = 3
   padding: str = 'SAME'
   use_bias: bool = True
   kernel_init: Any = nn.initializers.lecun_normal()
+  impl: Optional[str] = None  # None: the enclosing conv_impl(...) scope's (default im2col)
 
   @nn.compact
   def __call__(self, x):
     k, c = self.kernel_size, x.shape[-1]
     kernel = self.param('kernel', self.kernel_init, (k, k, c, self.features))
-    y = im2col(x, k, self.padding) @ kernel.reshape(k * k * c, self.features)
+    impl = resolve_conv_impl(self.impl) if self.impl else current_conv_impl()
+    y = conv2d(x, kernel, self.padding, impl)
     if self.use_bias:
       y = y + self.param('bias', nn.initializers.zeros, (self.features,))
     return y
