@@ -5,6 +5,7 @@ once, here, and `fedjax_drift.run(Config(...))` does exactly what the CLI does.
 """
 import dataclasses
 import importlib.util
+import itertools
 import math
 import os
 from typing import Optional
@@ -46,7 +47,8 @@ class Config:
                            group='server')
   scenario: str = _f('static', 'how clients and labels change over rounds',
                      ('static', 'concept_shift', 'longtail_stateless'), group='data')
-  concept_shift_prob: float = _f(0.05, 'concept_shift: per-class remapping probability per round',
+  concept_shift_prob: float = _f(0.05, 'concept_shift: probability, before each round, that one '
+                                 'class chosen at random gets a new label (FedFOR §4.4)',
                                  group='data')
   imbalance_ratio: float = _f(0.01, 'longtail_stateless: rarest / most frequent class share',
                               group='data')
@@ -70,8 +72,9 @@ class Config:
                            group='local training')
   # Server.
   server_lr: float = _f(1.0, 'server learning rate (alpha)', group='server')
-  weighting: str = _f('auto', 'aggregation weights p_i: auto = the paper\'s own (uniform for '
-                      'scaffold, feddyn, igfl*, fedadam/yogi/adagrad; examples otherwise)',
+  weighting: str = _f('auto', 'aggregation weights p_i: auto = each algorithm\'s own box (uniform '
+                      '1/|S| for slowmo, fedadc*, fedfor, igfl*, scaffold, feddyn, '
+                      'fedadam/yogi/adagrad; examples n_i/n otherwise)',
                       ('auto', 'uniform', 'examples'), group='server')
   # Algorithm hyperparameters (each fedjax_drift/algorithms/*.py states its equations).
   beta: float = _f(0.9, 'FedADC / SlowMo momentum beta', group='algorithm')
@@ -86,6 +89,9 @@ class Config:
   kd_temperature: float = _f(1.0, 'distillation temperature tau (FedADC+, FedGKD)',
                              group='algorithm')
   for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)', group='algorithm')
+  for_scale: str = _f('paper', 'FedFOR term scale: paper = alpha / lr (eq. 7), per_step = '
+                      'alpha / (lr H_i) with H_i the client\'s local steps',
+                      ('paper', 'per_step'), group='algorithm')
   gkd_gamma: float = _f(0.2, 'FedGKD distillation weight gamma (the loss adds gamma/2 KL)',
                         group='algorithm')
   gkd_buffer: int = _f(5, 'FedGKD / FedGKD-Vote: number M of past global models kept',
@@ -93,7 +99,8 @@ class Config:
   vote_lambda: float = _f(0.1, 'FedGKD-Vote scale lambda', group='algorithm')
   vote_val_size: int = _f(500, 'FedGKD-Vote: training examples held out for server validation',
                           group='algorithm')
-  attention: str = _f('self', 'IGFL-S attention query', ('self', 'global', 'time'),
+  attention: str = _f('self', 'IGFL-S attention query; time = §4.3, time_rows = the row-averaged '
+                      'reading of Alg. 3 option III', ('self', 'global', 'time', 'time_rows'),
                       group='algorithm')
   attention_similarity: str = _f('dot', 'IGFL-S score', ('dot', 'cosine'), group='algorithm')
   attention_temperature: float = _f(1.0, 'IGFL-S scores are divided by this', group='algorithm')
@@ -108,7 +115,7 @@ class Config:
                        group='algorithm')
   moon_mu: float = _f(1.0, 'MOON contrastive weight mu', group='algorithm')
   moon_temperature: float = _f(0.5, 'MOON temperature tau', group='algorithm')
-  moon_projection_dim: int = _f(256, 'MOON projection head width', group='algorithm')
+  moon_projection_dim: int = _f(256, 'MOON / FedGKD+ projection head width', group='algorithm')
   server_optimizer: str = _f('', 'override the server optimizer: avg, slowmo, adam, yogi, '
                              'adagrad', group='server')
   server_beta1: float = _f(0.9, 'FedAdam/FedYogi/FedAdagrad first-moment decay', group='server')
@@ -117,9 +124,10 @@ class Config:
   server_momentum: float = _f(0.0, 'add SlowMo server momentum with this beta to any algorithm',
                               group='server')
   local_terms: str = _f('', 'comma list of extra local parts: fedadc, self_kd, for, gkd, '
-                        'gkd_vote, igfl_c, prox, scaffold, dyn, curv, ntd, rs', group='algorithm')
+                        'gkd_vote, igfl_c, prox, scaffold, dyn, curv, curv_stateless, ntd, rs',
+                        group='algorithm')
   aggregator: str = _f('', 'override the aggregator: mean, attention_self, attention_global, '
-                       'attention_time', group='algorithm')
+                       'attention_time, attention_time_rows', group='algorithm')
   # Personalisation after training (FedADC §IV-D).
   personalize: str = _f('none', 'calibrate: each client fine-tunes the last layer on its data',
                         ('none', 'calibrate'), group='algorithm')
@@ -133,6 +141,9 @@ class Config:
   cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism',
                          group='run')
   devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)', group='run')
+  conv_impl: str = _f('auto', 'how convolutions are computed: im2col (patches + GEMM) or lax '
+                      '(lax.conv_general_dilated: cuDNN, TPU); auto = im2col on CPU, lax on '
+                      'GPU/TPU', ('auto', 'im2col', 'lax'), group='model')
   memory_budget_gb: float = _f(0.0, 'refuse to start if XLA estimates one segment needs more '
                                'than this (0 = 90% of the memory available now)', group='run')
   seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program', group='run')
@@ -149,7 +160,7 @@ class Config:
   overwrite: str = dataclasses.field(default='', metadata={
       **_f('', "replace an existing run directory: bare --overwrite removes only the files "
            "fedjax-drift wrote (refusing if others are there); --overwrite=force removes "
-           "everything but the inputs").metadata, 'const': 'yes'})
+           "everything but the inputs", group='output').metadata, 'const': 'yes'})
   checkpoint_every: int = _f(0, 'save the state pytree every this many rounds (0 = at every '
                              'evaluation)', group='run')
   keep_checkpoints: int = _f(2, 'checkpoints kept in RUN_DIR/checkpoints', group='run')
@@ -274,3 +285,39 @@ def from_dict(values: dict, base: Optional[Config] = None) -> Config:
   if base is None:  # fields not in `values` keep their defaults, resolved together
     return Config(**values)
   return dataclasses.replace(base, **values)
+
+
+# Flags --grid may sweep: float hyperparameters that only enter arithmetic, so a value can be
+# a traced scalar and one compiled program serves every grid point. Everything else (model,
+# algorithm, shapes, step counts, variants, buffer sizes, integer and string flags) steers
+# compilation and stays one value per sweep. See study.py.
+GRIDABLE = ('lr', 'server_lr', 'beta', 'beta_local', 'beta_global', 'phi', 'kd_lambda',
+            'kd_temperature', 'for_alpha', 'gkd_gamma', 'vote_lambda', 'attention_temperature',
+            'igfl_group', 'prox_mu', 'dyn_alpha', 'curv_lambda', 'ntd_beta', 'ntd_temperature',
+            'rs_alpha', 'moon_mu', 'moon_temperature', 'server_tau', 'server_beta1',
+            'server_beta2', 'local_momentum', 'weight_decay')
+
+
+def parse_grid(text):
+  """'lr:0.01,0.05;beta:0.8,0.9' -> {'lr': [0.01, 0.05], 'beta': [0.8, 0.9]}."""
+  grid = {}
+  for item in [t for t in (text or '').split(';') if t.strip()]:
+    name, _, values = item.partition(':')
+    name = name.strip()
+    if name not in GRIDABLE:
+      raise UserError(f'--grid: {name!r} cannot be swept; use one of {", ".join(GRIDABLE)}')
+    if name in grid:
+      raise UserError(f'--grid: {name} appears twice')
+    try:
+      grid[name] = [float(v) for v in values.split(',') if v.strip()]
+    except ValueError:
+      raise UserError(f'--grid: values of {name} must be numbers, got {values!r}') from None
+    if not grid[name]:
+      raise UserError(f'--grid: {name} has no values')
+  return grid
+
+
+def grid_points(grid):
+  """The cartesian product of a parsed grid as a list of {name: value} ({} without a grid)."""
+  names = list(grid)
+  return [dict(zip(names, values)) for values in itertools.product(*grid.values())] or [{}]

@@ -150,27 +150,41 @@ def _scatter(tree, ids, values):
   return jax.tree.map(lambda a, v: a.at[ids].set(v), tree, values)
 
 
+def tree_all_finite(tree):
+  """True when every value of every leaf is finite (checked on the values, so a finite update
+  can never count as diverged because a norm of it overflows)."""
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(tree)]))
+
+
+def safe_norm(tree):
+  """The global L2 norm, scaled by the largest magnitude before squaring so that it cannot
+  overflow for any finite tree (a plain sum of squares overflows float32 above ~1.8e19)."""
+  scale = jnp.max(jnp.stack([jnp.max(jnp.abs(a)) for a in jax.tree.leaves(tree)]))
+  safe = jnp.where(scale > 0, scale, 1.0)
+  return safe * tree_norm(jax.tree.map(lambda a: a / safe, tree))
+
+
 def client_summands(delta, weight):
   """What the round sums over clients: the weighted delta (the aggregate), the plain delta
-  and the unit-norm delta (for the drift diagnostics). Returns (summands, |delta|^2)."""
-  sq_norm = tree_vdot(delta, delta)
-  inv_norm = 1.0 / jnp.maximum(jnp.sqrt(sq_norm), 1e-30)
+  and the unit-norm delta (for the drift diagnostics). Returns (summands, |delta|)."""
+  norm = safe_norm(delta)
+  inv_norm = 1.0 / jnp.maximum(norm, 1e-30)
   summands = {'weighted': jax.tree.map(lambda d: weight * d, delta), 'plain': delta,
               'unit': jax.tree.map(lambda d: inv_norm * d, delta)}
-  return summands, sq_norm
+  return summands, norm
 
 
-def drift_diagnostics(sums, sq_norms, losses, weights):
+def drift_diagnostics(sums, norms, losses, weights):
   """Per-round measures of client drift, from sums over the cohort (one pass, no [K, P]).
 
-  update_cosine = mean_i <d_i, m> / (|d_i| |m|) = <sum_i d_i / |d_i|, m> / (K |m|), with m the
-  plain mean of the deltas.
+  client_update_norm_mean = mean_i |d_i|; mean_update_norm = |m|, with m the plain mean of
+  the deltas; update_cosine = mean_i <d_i, m> / (|d_i| |m|) = <sum_i d_i / |d_i|, m> / (K |m|).
   """
-  k = sq_norms.shape[0]
+  k = norms.shape[0]
   mean = jax.tree.map(lambda s: s / k, sums['plain'])
-  mean_norm = tree_norm(mean)
+  mean_norm = safe_norm(mean)
   return {
-      'update_norm': jnp.mean(jnp.sqrt(sq_norms)),
+      'client_update_norm_mean': jnp.mean(norms),
       'mean_update_norm': mean_norm,
       'update_cosine': tree_vdot(sums['unit'], mean) / jnp.maximum(k * mean_norm, 1e-30),
       'client_loss_std': jnp.std(losses),
@@ -275,8 +289,8 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                       make_batch_fn(data, row, count, key, schedule.batch_size, spe_i,
                                     lambda y: scenario.relabel(concept, y)))
       result = algo.client_update(params, payload, cstate, client, key)
-      summands, sq_norm = client_summands(result.delta, weight)
-      outputs = (result.client_state, result.loss, sq_norm,
+      summands, norm = client_summands(result.delta, weight)
+      outputs = (result.client_state, result.loss, norm, tree_all_finite(result.delta),
                  result.delta if algo.needs_client_deltas else None)
       return summands, outputs
 
@@ -296,44 +310,87 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                                         state.params, payload, data, client_key, concept, args)
     else:
       sums, outputs = run_clients(state.params, payload, data, client_key, concept, args)
-    new_states, losses, sq_norms, deltas = outputs
+    new_states, losses, norms, client_finite, deltas = outputs
 
     cohort = Cohort(ids, weights, counts, num_steps, sums['weighted'], deltas, old_states,
                     new_states, num_clients)
     params, server = algo.server_update(state.params, state.server, cohort)
-    clients = _scatter(state.clients, ids, new_states)
-    metrics = drift_diagnostics(sums, sq_norms, losses, weights)
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(params)]))
-    client_finite = jnp.isfinite(sq_norms)
-    metrics['finite'] = finite & jnp.all(client_finite)
+    metrics = drift_diagnostics(sums, norms, losses, weights)
+    metrics.update(_diagnostics(algo, server))
+    metrics.update(_diagnostics(scenario, state.scenario, concept))
+    finite = tree_all_finite(params) & jnp.all(client_finite)
     # The first cohort member whose update is non-finite (-1 if none), for the error message.
     metrics['bad_client'] = jnp.where(jnp.all(client_finite), -1,
                                       ids[jnp.argmin(client_finite)])
-    return ServerState(params, server, clients, state.round + 1, state.key, concept), metrics
+    return freeze_if_diverged(state, finite, params, server, ids, new_states, old_states,
+                              concept), metrics
 
   return round_fn
 
 
-def make_segment(round_fn, length: int):
-  """A compiled program running up to `length` rounds; `num_rounds` (traced) says how many.
+def _diagnostics(owner, *args):
+  """An algorithm's or scenario's optional per-round scalars (`diagnostics` hook), or {}."""
+  hook = getattr(owner, 'diagnostics', None)
+  return dict(hook(*args)) if hook is not None else {}
 
-  Every segment has the same static length, so the final, shorter segment reuses the same
-  compiled program (its extra iterations are skipped by `lax.cond`): one compilation per run.
+
+def freeze_if_diverged(state, finite, params, server, ids, new_states, old_states, concept):
+  """The next ServerState, or the current one unchanged when this round (or an earlier one)
+  made the run non-finite. A frozen run keeps its last finite model, so in a batch of runs
+  the others go on and the frozen one is reported as diverged at `diverged_at`."""
+  ok = finite & (state.diverged_at == 0)
+
+  def pick(new, old):
+    return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
+
+  clients = _scatter(state.clients, ids, pick(new_states, old_states))
+  diverged_at = jnp.where((state.diverged_at == 0) & ~finite, state.round + 1,
+                          state.diverged_at).astype(jnp.int32)
+  return ServerState(pick(params, state.params), pick(server, state.server), clients,
+                     state.round + 1, state.key, pick(concept, state.scenario), diverged_at)
+
+
+def over_runs(fn, args, width):
+  """fn(*args_r) for every run r on the leading (run) axis of args, `width` runs vmapped at a
+  time and the groups run one after another. The run count must be a multiple of width.
+
+  One run (or width 1) calls fn unbatched: a lone run compiles exactly like a plain run.
+  """
+  runs = jax.tree.leaves(args)[0].shape[0]
+  if runs == 1:
+    out = fn(*jax.tree.map(lambda a: a[0], args))
+    return jax.tree.map(lambda a: a[None], out)
+  if width == 1:
+    return jax.lax.map(lambda a: fn(*a), args)
+  if width >= runs:
+    return jax.vmap(fn)(*args)
+  groups = jax.tree.map(lambda a: a.reshape((runs // width, width) + a.shape[1:]), args)
+  out = jax.lax.map(lambda a: jax.vmap(fn)(*a), groups)
+  return jax.tree.map(lambda a: a.reshape((runs,) + a.shape[2:]), out)
+
+
+  return round_fn
+
+
+def make_segment(step_fn, length: int):
+  """A compiled program running `num_rounds` (traced, <= length) calls of
+  step_fn(state, data, inputs) -> (state, metrics); metrics come back stacked on [length].
+
+  The trip count is traced, so one compilation serves segments of any length up to `length`:
+  the host can run one round at a time for feedback, or whole evaluation intervals, with the
+  same program and bit-identical results.
   """
 
-  def segment(state, data, num_rounds):
-    metric_shapes = jax.eval_shape(round_fn, state, data)[1]
+  def segment(state, data, inputs, num_rounds):
+    shapes = jax.eval_shape(step_fn, state, data, inputs)[1]
+    history = jax.tree.map(lambda m: jnp.zeros((length,) + m.shape, m.dtype), shapes)
 
-    def body(s, i):
-      def run(s):
-        return round_fn(s, data)
+    def body(i, carry):
+      s, hist = carry
+      s, m = step_fn(s, data, inputs)
+      return s, jax.tree.map(lambda h, v: h.at[i].set(v), hist, m)
 
-      def skip(s):
-        return s, jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), metric_shapes)
-
-      return jax.lax.cond(i < num_rounds, run, skip, s)
-
-    return jax.lax.scan(body, state, jnp.arange(length))
+    return jax.lax.fori_loop(0, num_rounds, body, (state, history))
 
   return jax.jit(segment, donate_argnums=0)
 
@@ -344,7 +401,7 @@ def init_state(algo: FederatedAlgorithm, params, num_clients: int, key,
   clients = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_clients,) + a.shape).copy(), one)
   scenario_state = scenario.init(jax.random.fold_in(key, 7)) if scenario is not None else ()
   return ServerState(params, algo.init(params), clients, jnp.zeros((), jnp.int32), key,
-                     scenario_state)
+                     scenario_state, jnp.zeros((), jnp.int32))
 
 
 def make_evaluator(apply_fn, batch_size: int = 1000):

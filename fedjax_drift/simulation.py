@@ -1,4 +1,18 @@
-"""`run(config)`: data -> partition -> model -> algorithm -> compiled segments -> run directory."""
+"""`run(config)`: one execution path for one run and for seeds x grid sweeps.
+
+A single run is a study with one run (study.py). The stages: check the outputs, build every
+run, compile one program for all of them, open the run directory, loop over rounds on the
+host (progress, evaluation, divergence, checkpoints), finish (summaries, plots, parameters).
+
+Run directory (the same layout for one run and for many):
+  config.json    the resolved config, the runs (seed and grid values) and derived settings
+  runs.csv       one row per run: seed, grid values, status, diverged round, final/best/...
+  metrics.csv    one row per run and evaluation: test accuracy and loss, best so far
+  rounds.csv     one row per run and round: drift diagnostics (and algorithm diagnostics)
+  summary.json   per run and per grid point (mean +- std over the seeds that did not diverge);
+                 with one run, that run's metrics are also at the top level
+  accuracy.png, drift.png, partition.png, checkpoints/, personalization.csv (calibrate)
+"""
 import dataclasses
 import json
 import os
@@ -15,160 +29,52 @@ from fedjax_drift import algorithms, engine, metrics, models, personalize, repor
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
-from fedjax_drift.data import domains, federated, partitions, scenarios, sources
+from fedjax_drift.data import federated
 from fedjax_drift.errors import DivergenceError, UserError
-from fedjax_drift.state import ServerState
+from fedjax_drift.study import Experiment, Study, build, plan, prepare  # noqa: F401
+
+SECONDS_PER_CALL = 1.0  # the host wakes at least this often (progress), unless a round is longer
 
 
-class Experiment(NamedTuple):
-  """Everything `run` builds before the first round; tests use it to step rounds by hand."""
-  config: Config
-  dataset: sources.Dataset
-  train_parts: list
-  test_parts: Any            # list or None
-  model: models.Model
-  algo: Any
-  data: federated.FederatedData
-  state: ServerState
-  round_fn: Any
-  schedule: engine.Schedule
-  max_local_steps: int
-  chunk: int
-  strategy: str
-  server_data: Any           # FedGKD-Vote's validation split, or None
-  scenario: Any              # data/scenarios.Scenario
+class Compiled(NamedTuple):
+  segment: Any            # the ahead-of-time compiled segment
+  evaluate: Any           # (params, scenario state, x, y) -> (loss [R], accuracy [R])
+  compile_s: float
+  memory_bytes: int
 
 
-def prepare(config: Config) -> Experiment:
-  config.validate()
-  algorithms.recipe(config)  # fail on a bad --algo / --local_terms before any work
-  domain_ids = None
-  if config.dataset == 'digits_domains':
-    if not config.data_dir:
-      raise UserError('--dataset=digits_domains needs --data_dir holding mnist/ and usps/')
-    dataset, domain_ids, _ = domains.load_digits_domains(config.data_dir, config.seed)
-  else:
-    dataset = sources.load(config.dataset, config.data_dir or None)
-  if config.partition == 'domains' and domain_ids is None:
-    raise UserError('--partition=domains needs a multi-domain --dataset (digits_domains)')
-  dataset, server_data = _hold_out_validation(config, dataset)
-  if config.partition == 'domains':
-    if server_data is not None:
-      raise UserError('--partition=domains does not combine with FedGKD-Vote yet')
-    train_parts = domains.domain_partition(domain_ids, config.num_clients,
-                                           np.random.default_rng(config.seed))
-  else:
-    train_parts = partitions.partition(config.partition, dataset.y_train, config.num_clients,
-                                       config.seed, config.classes_per_client,
-                                       config.dirichlet_alpha)
-  num_clients = len(train_parts)
-  if config.clients_per_round > num_clients:
-    raise UserError(f'--clients_per_round={config.clients_per_round} exceeds the '
-                    f'{num_clients} clients of --partition={config.partition}')
-  test_parts = None
-  if config.test_partition == 'like_train':
-    test_parts = partitions.partition_like(train_parts, dataset.y_train, dataset.y_test,
-                                           config.seed, dataset.num_classes)
-  if config.cohort_sampler == 'cover_classes':
-    _check_cover_possible(config, dataset, train_parts)
-  model = models.get(config.model, dataset.num_classes, dataset.x_train.shape[1:], config.init,
-                     algorithms.projection_dim(config))
-  algo = algorithms.get(config.algo, config, model, server_data)
-  schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
-  scenario = scenarios.from_config(config, dataset)
-  counts = np.array([len(p) for p in train_parts])
-  if scenario.fresh_cohort is not None:
-    counts = np.array([scenario.max_examples])
-  max_local_steps = engine.max_steps(counts, schedule)
-  if config.devices > jax.device_count():
-    raise UserError(f'--devices={config.devices} but jax sees {jax.device_count()} '
-                    f'{jax.default_backend()} device(s)')
-  per_device = config.clients_per_round // config.devices
-  chunk, strategy = engine.choose_parallelism(
-      config.client_parallelism, model.family, jax.default_backend(), per_device,
-      config.cohort_chunk)
-  data = federated.build(dataset.x_train, dataset.y_train, train_parts, dataset.num_classes)
-  run_key = jax.random.key(config.seed)
-  params = model.init(jax.random.fold_in(run_key, 0))
-  state = engine.init_state(algo, params, num_clients, jax.random.fold_in(run_key, 1), scenario)
-  if scenario.fresh_cohort is not None and jax.tree.leaves(state.clients):
-    raise UserError(f'--scenario=longtail_stateless draws new clients every round, so '
-                    f'--algo={config.algo}\'s per-client state would never be used; pick a '
-                    'stateless algorithm')
-  round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
-                               algorithms.weighting(config), chunk, config.cohort_sampler,
-                               config.devices, scenario)
-  return Experiment(config, dataset, train_parts, test_parts, model, algo, data, state,
-                    round_fn, schedule, max_local_steps, chunk, strategy, server_data,
-                    scenario)
-
-
-def _check_cover_possible(config, dataset, parts):
-  """A greedy set cover must fit in K clients, or cover_classes cannot hold."""
-  has = [set(np.unique(dataset.y_train[p]).tolist()) for p in parts]
-  uncovered, used = set().union(*has), 0
-  while uncovered and used < config.clients_per_round:
-    best = max(has, key=lambda h: len(h & uncovered))
-    uncovered -= best
-    used += 1
-  if uncovered:
-    raise UserError(f'--cohort_sampler=cover_classes: {config.clients_per_round} clients per '
-                    f'round cannot cover all classes of --partition={config.partition}; raise '
-                    '--clients_per_round')
-
-
-def _hold_out_validation(config, dataset):
-  """FedGKD-Vote's server validation split: --vote_val_size training examples, seeded.
-
-  With a file partition, they come from examples no client holds (indices stay valid).
-  """
-  if not algorithms.needs_validation(config):
-    return dataset, None
-  n, size = len(dataset.y_train), config.vote_val_size
-  rng = np.random.default_rng(config.seed + 104729)
-  if config.partition.startswith('file:'):
-    used = np.concatenate(partitions.from_file(config.partition[5:], n))
-    free = np.setdiff1d(np.arange(n), used)
-    if len(free) < size:
-      raise UserError(f'--vote_val_size={size}: only {len(free)} training examples are in no '
-                      f'client of --partition={config.partition}')
-    val = rng.choice(free, size, replace=False)
-    keep = np.arange(n)  # indices in the file refer to the full training set
-  else:
-    if size >= n:
-      raise UserError(f'--vote_val_size={size} must be smaller than the {n} training examples')
-    perm = rng.permutation(n)
-    val, keep = perm[:size], np.sort(perm[size:])
-  server_data = {'x_val': federated.to_float(jnp.asarray(dataset.x_train[val])),
-                 'y_val': jnp.asarray(dataset.y_train[val])}
-  return dataset._replace(x_train=dataset.x_train[keep], y_train=dataset.y_train[keep]), server_data
-
-
-def _progress(total, enabled):
-  if not enabled:
-    return None
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  return tqdm(total=total, unit='round', dynamic_ncols=True, file=sys.stderr)
+class Output(NamedTuple):
+  run_dir: str
+  checkpointer: Any
+  resuming: bool
 
 
 def run(config: Config, log=print) -> dict:
-  """Runs one experiment end to end and returns its summary (also in summary.json).
+  """Runs every run of `config` (seeds x grid points; one run by default) end to end.
 
-  With config.resume, continues the run in config.out from its latest checkpoint. With
-  config.seeds > 1 or a config.grid, runs the sweep as one vmapped program (sweep.py).
+  Returns the summary (also written to summary.json). With config.resume, continues the runs
+  in config.out from their latest checkpoint. Raises DivergenceError when every run diverged.
   """
-  config.validate()
-  if config.seeds > 1 or config.grid:
-    from fedjax_drift import sweep  # pylint: disable=g-import-not-at-top
-    if config.devices > 1:
-      raise UserError('--devices does not combine with --seeds/--grid yet')
-    return sweep.run_sweep(config, log)
+  t0 = time.perf_counter()
+  runs = plan(config)
+  run_dir = _check_outputs(config)
+  log(f'fedjax-drift: {config.algo}, {len(runs)} run(s): loading data and compiling...')
+  study = build(config, runs)
+  compiled = _compile(study)
+  out = _open_run_dir(study, run_dir, log)
+  _log_header(study, compiled, run_dir, log)
+  state, history, train_s = _loop(study, compiled, out, log)
+  return _finish(study, compiled, out, state, history, train_s,
+                 time.perf_counter() - t0, log)
+
+
+def _check_outputs(config):
+  """The run directory and --save_params can be written; checked before any work."""
   run_dir = config.run_dir(time.strftime('%Y%m%d-%H%M%S'))
   if os.path.exists(run_dir) and not os.path.isdir(run_dir):
     raise UserError(f'--out={run_dir} is a file, not a directory')
   if config.save_params:
-    parent = os.path.dirname(os.path.abspath(config.save_params))
-    existing = parent
+    existing = os.path.dirname(os.path.abspath(config.save_params))
     while not os.path.exists(existing):
       existing = os.path.dirname(existing)
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK):
@@ -178,161 +84,415 @@ def run(config: Config, log=print) -> dict:
       raise UserError(f'--resume: {run_dir} holds no run (no config.json)')
   elif os.path.exists(run_dir) and os.listdir(run_dir) and not config.overwrite:
     raise UserError(f'--out={run_dir} already exists; pass --overwrite to replace it')
-  exp = prepare(config)
-  cfg, ds = exp.config, exp.dataset
-  # Compile the segment ahead of time and ask XLA what it needs, before writing anything.
-  t_compile = time.perf_counter()
-  segment = engine.make_segment(exp.round_fn, cfg.eval_every).lower(
-      exp.state, exp.data, jnp.int32(cfg.eval_every)).compile()
-  compile_s = time.perf_counter() - t_compile
+  return run_dir
+
+
+def _compile(study: Study) -> Compiled:
+  """Compiles the segment ahead of time and refuses what XLA says cannot fit."""
+  cfg = study.config
+  t = time.perf_counter()
+  segment = engine.make_segment(study.step, cfg.eval_every).lower(
+      study.state, study.data, study.inputs, jnp.int32(1)).compile()
+  compile_s = time.perf_counter() - t
   need, available = estimated_memory(segment), _available_memory()
   budget = cfg.memory_budget_gb * 1e9 or 0.9 * available
   if budget and need > budget:
     where = (f'--memory_budget_gb={cfg.memory_budget_gb:g}' if cfg.memory_budget_gb
              else f'90% of the {available / 1e9:.1f} GB available')
     raise UserError(f'this run needs about {need / 1e9:.2f} GB (XLA\'s estimate for one '
-                    f'segment), over {where}; lower --cohort_chunk (now {exp.chunk}), '
+                    f'segment of {len(study.runs)} run(s)), over {where}; lower --run_chunk, '
+                    f'--cohort_chunk (now {study.experiments[0].chunk}), '
                     '--clients_per_round or --batch_size')
-  if not config.resume and os.path.exists(run_dir) and config.overwrite:
+  return Compiled(segment, _make_evaluator(study), compile_s, need)
+
+
+def _make_evaluator(study):
+  exp = study.experiments[0]
+  evaluate = engine.make_evaluator(exp.model.apply, study.config.eval_batch_size)
+
+  def all_runs(params, scenario_state, x, y):
+    # Test labels under each run's current concept (concept shift); others keep them.
+    return engine.over_runs(lambda p, s: evaluate(p, x, exp.scenario.relabel(s, y)),
+                            (params, scenario_state), study.width)
+
+  return jax.jit(all_runs)
+
+
+def _open_run_dir(study, run_dir, log) -> Output:
+  cfg = study.config
+  if not cfg.resume and os.path.exists(run_dir) and cfg.overwrite:
     shutil.rmtree(run_dir)
   os.makedirs(run_dir, exist_ok=True)
   checkpointer = Checkpointer(run_dir, cfg.keep_checkpoints)
-  resuming = config.resume and checkpointer.latest_round() is not None
-  if config.resume and not resuming:
+  resuming = cfg.resume and checkpointer.latest_round() is not None
+  if cfg.resume and not resuming:
     log(f'{run_dir} has no checkpoint yet: starting it from round 0')
+  report.write_json(os.path.join(run_dir, 'config.json'), _resolved_config(study, run_dir))
+  if not resuming:
+    exp = study.experiments[0]
+    report.plot_partition(os.path.join(run_dir, 'partition.png'),
+                          np.asarray(exp.data.label_hist),
+                          f'{cfg.partition} partition of {exp.dataset.name} (seed {cfg.seed})')
+  return Output(run_dir, checkpointer, resuming)
 
-  num_params = models.num_params(exp.state.params)
-  comm = exp.algo.communication(exp.state.params)
-  client_state_bytes = federated.nbytes(exp.state.clients)
-  log(f'fedjax-drift: {cfg.algo} on {ds.name} ({len(ds.y_train)} train / {len(ds.y_test)} test, '
-      f'{ds.num_classes} classes), {len(exp.train_parts)} clients, K={cfg.clients_per_round}, '
-      f'{cfg.model} ({num_params:,} params)')
+
+def _resolved_config(study, run_dir):
+  cfg, exp = study.config, study.experiments[0]
+  resolved = dataclasses.asdict(cfg)
+  resolved.update(out=run_dir, resume=False, _resolved={
+      'runs': [{'run': s.index, 'seed': s.seed, **s.point} for s in study.runs],
+      'traced_hyperparameters': list(study.traced), 'run_chunk': study.width,
+      'num_classes': exp.dataset.num_classes, 'input_shape': list(exp.dataset.x_train.shape[1:]),
+      'num_clients': len(exp.train_parts), 'max_local_steps': study.max_local_steps,
+      'cohort_chunk': exp.chunk, 'strategy': exp.strategy,
+      'num_params': models.num_params(exp.state.params),
+      'weighting': algorithms.weighting(cfg),
+      'beta_local': exp.config.beta_local, 'beta_global': exp.config.beta_global,
+      'backend': jax.default_backend(), 'jax_version': jax.__version__})
+  return resolved
+
+
+def _log_header(study, compiled, run_dir, log):
+  cfg, exp = study.config, study.experiments[0]
+  ds, n_clients = exp.dataset, len(exp.train_parts)
+  state_bytes = federated.nbytes(exp.state.clients)
+  log(f'{cfg.algo} on {ds.name} ({len(ds.y_train)} train / {len(ds.y_test)} test, '
+      f'{ds.num_classes} classes), {n_clients} clients, K={cfg.clients_per_round}, '
+      f'{cfg.model} ({models.num_params(exp.state.params):,} params)')
+  if len(study.runs) > 1:
+    log(f'runs: {cfg.seeds} seed(s) x {len(study.runs) // cfg.seeds} grid point(s) = '
+        f'{len(study.runs)}, {study.width} vmapped at a time; traced: '
+        f'{", ".join(study.traced) or "none"}')
   per_device = cfg.clients_per_round // cfg.devices
   log(f'client parallelism: chunk={exp.chunk} of {per_device} clients per device '
       f'({"sequential" if exp.chunk == 1 else "vmap" if exp.chunk >= per_device else "chunked"}'
       f'; {exp.strategy}); backend={jax.default_backend()}, {cfg.devices} of '
       f'{jax.device_count()} device(s)')
-  n_clients = len(exp.train_parts)
-  log(f'local work: up to {exp.max_local_steps} steps per client per round; per-client state '
-      f'{n_clients} clients x {client_state_bytes // max(n_clients, 1):,} bytes = '
-      f'{client_state_bytes:,} bytes; run directory {run_dir}')
-  log(f'memory estimate (XLA, one segment): {need / 1e9:.2f} GB'
+  log(f'local work: up to {study.max_local_steps} steps per client per round; per-client state '
+      f'{n_clients} clients x {state_bytes // max(n_clients, 1):,} bytes = {state_bytes:,} '
+      f'bytes per run; run directory {run_dir}')
+  available = _available_memory()
+  log(f'memory estimate (XLA, one segment): {compiled.memory_bytes / 1e9:.2f} GB'
       + (f' of {available / 1e9:.1f} GB available' if available else '')
-      + f'; compiled in {compile_s:.1f}s')
+      + f'; compiled in {compiled.compile_s:.1f}s')
 
-  resolved = dataclasses.asdict(cfg)
-  resolved.update(out=run_dir, resume=False, _resolved={
-      'num_classes': ds.num_classes, 'input_shape': list(ds.x_train.shape[1:]),
-      'num_clients': n_clients, 'max_local_steps': exp.max_local_steps,
-      'cohort_chunk': exp.chunk, 'strategy': exp.strategy, 'num_params': num_params,
-      'weighting': algorithms.weighting(cfg),
-      'backend': jax.default_backend(), 'jax_version': jax.__version__})
-  report.write_json(os.path.join(run_dir, 'config.json'), resolved)
-  if not resuming:
-    report.plot_partition(os.path.join(run_dir, 'partition.png'),
-                          np.asarray(exp.data.label_hist), f'{cfg.partition} partition of {ds.name}')
 
-  evaluate_raw = engine.make_evaluator(exp.model.apply, cfg.eval_batch_size)
-  x_test, y_test = jnp.asarray(ds.x_test), jnp.asarray(ds.y_test)
+class _Progress:
+  """The host loop's running record: rows, best accuracies, diverged runs, timing."""
 
-  def evaluate(params, x, y, scenario_state):
-    # Test labels under the current concept (concept shift); other scenarios keep them.
-    return evaluate_raw(params, x, exp.scenario.relabel(scenario_state, y))
-  checkpoint_every = cfg.checkpoint_every or cfg.eval_every
+  def __init__(self, study, history):
+    self.study, self.num_runs = study, len(study.runs)
+    self.eval_rows = history.get('eval_rows', [])
+    self.round_rows = history.get('round_rows', [])
+    self.diverged = {}  # run -> (round, client)
+    self.best = {}
+    for row in self.eval_rows:
+      self.best[row['run']] = max(self.best.get(row['run'], -1.0), row['test_accuracy'])
+    for row in history.get('diverged', []):
+      self.diverged[row['run']] = (row['round'], row['client'])
 
-  if resuming:
-    state, history = checkpointer.restore(exp.state)
-    eval_rows, round_rows = history['eval_rows'], history['round_rows']
-    log(f'resumed from the checkpoint at round {int(state.round)}')
+  def history(self):
+    return {'eval_rows': self.eval_rows, 'round_rows': self.round_rows,
+            'diverged': [{'run': r, 'round': d[0], 'client': d[1]}
+                         for r, d in sorted(self.diverged.items())]}
+
+  def add_rounds(self, done, n, seg_metrics, diverged_at):
+    """Rows of rounds done+1..done+n; returns the runs that diverged in them."""
+    bad_client = seg_metrics.pop('bad_client')
+    new = []
+    for r in range(self.num_runs):
+      if r in self.diverged:
+        continue
+      last = int(diverged_at[r]) or done + n
+      for i in range(last - done):
+        self.round_rows.append({'run': r, 'round': done + i + 1,
+                                **{k: float(v[i, r]) for k, v in seg_metrics.items()}})
+      if diverged_at[r]:
+        self.diverged[r] = (int(diverged_at[r]), int(bad_client[diverged_at[r] - done - 1, r]))
+        new.append(r)
+    return new
+
+  def add_eval(self, done, losses, accs, elapsed):
+    for r in range(self.num_runs):
+      if r in self.diverged:
+        continue
+      self.best[r] = max(self.best.get(r, -1.0), float(accs[r]))
+      self.eval_rows.append({'run': r, 'round': done, 'test_accuracy': float(accs[r]),
+                             'test_loss': float(losses[r]), 'best_accuracy': self.best[r],
+                             'elapsed_s': elapsed})
+
+
+def _loop(study, compiled, out, log):
+  """Runs the rounds: calls of a few rounds each (the host wakes about every second),
+  evaluation every --eval_every rounds, checkpoints, per-run divergence."""
+  cfg = study.config
+  if out.resuming:
+    state, history = out.checkpointer.restore(study.state)
+    log(f'resumed from the checkpoint at round {int(state.round[0])}')
   else:
-    state, eval_rows, round_rows = exp.state, [], []
-    loss0, acc0 = evaluate(state.params, x_test, y_test, state.scenario)
-    eval_rows.append({'round': 0, 'test_accuracy': float(acc0), 'test_loss': float(loss0),
-                      'best_accuracy': float(acc0), 'elapsed_s': 0.0})
-  data, done = exp.data, int(state.round)
-  last_checkpoint = done
-  elapsed0 = eval_rows[-1]['elapsed_s']
-
-  def write_metrics():
-    report.write_csv(os.path.join(run_dir, 'metrics.csv'), eval_rows)
-    report.write_csv(os.path.join(run_dir, 'rounds.csv'), round_rows)
-
-  bar = _progress(cfg.rounds, cfg.progress)
-  if bar is not None:
-    bar.update(min(done, cfg.rounds))
-  t_start, first_segment_s, rounds_run = time.perf_counter(), None, 0
-  while done < cfg.rounds:
-    n = min(cfg.eval_every, cfg.rounds - done)
-    t0 = time.perf_counter()
-    state, seg_metrics = segment(state, data, jnp.int32(n))
-    seg_metrics = jax.device_get(seg_metrics)
-    if first_segment_s is None:
-      first_segment_s = time.perf_counter() - t0
-    bad = np.flatnonzero(~np.asarray(seg_metrics['finite'][:n], bool))
-    if bad.size:
-      r = done + int(bad[0]) + 1
-      client = int(seg_metrics['bad_client'][bad[0]])
-      where = f', first at client {client}' if client >= 0 else ''
-      write_metrics()
-      raise DivergenceError(
-          f'diverged: non-finite global model or client update in round {r}{where}; the last '
-          f'good checkpoint (round {last_checkpoint}) is in {checkpointer.directory}; lower '
-          f'--lr (now {cfg.lr}) or check the data')
-    for i in range(n):
-      round_rows.append({'round': done + i + 1,
-                         **{k: float(v[i]) for k, v in seg_metrics.items()
-                            if k not in ('finite', 'bad_client')}})
+    state, history = study.state, {}
+  prog = _Progress(study, history)
+  x_test = jnp.asarray(study.experiments[0].dataset.x_test)
+  y_test = jnp.asarray(study.experiments[0].dataset.y_test)
+  done = int(state.round[0])
+  elapsed0 = prog.eval_rows[-1]['elapsed_s'] if prog.eval_rows else 0.0
+  if not prog.eval_rows:
+    prog.add_eval(0, *jax.device_get(compiled.evaluate(state.params, state.scenario, x_test,
+                                                       y_test)), 0.0)
+  bar = _progress_bar(cfg.rounds, done, cfg.progress)
+  last_checkpoint, per_call, first, t_start = done, 1, True, time.perf_counter()
+  while done < cfg.rounds and len(prog.diverged) < prog.num_runs:
+    next_eval = min((done // cfg.eval_every + 1) * cfg.eval_every, cfg.rounds)
+    n = min(per_call, next_eval - done)
+    t = time.perf_counter()
+    state, seg_metrics = compiled.segment(state, study.data, study.inputs, jnp.int32(n))
+    seg_metrics, diverged_at = jax.device_get((seg_metrics, state.diverged_at))
+    seconds = time.perf_counter() - t
+    if first:  # say how long the run will take, from the first measured call
+      _log_estimate(log, seconds / n, cfg.rounds - done)
+      first = False
+    per_call = max(1, int(SECONDS_PER_CALL * n / max(seconds, 1e-9)))
+    for r in prog.add_rounds(done, n, seg_metrics, diverged_at):
+      _log_diverged(study, prog, r, log)
     done += n
-    rounds_run += n
-    loss, acc = evaluate(state.params, x_test, y_test, state.scenario)
-    eval_rows.append({'round': done, 'test_accuracy': float(acc), 'test_loss': float(loss),
-                      'best_accuracy': max(float(acc), eval_rows[-1]['best_accuracy']),
-                      'elapsed_s': elapsed0 + time.perf_counter() - t_start})
-    write_metrics()
-    if done // checkpoint_every > last_checkpoint // checkpoint_every or done == cfg.rounds:
-      checkpointer.save(state, {'eval_rows': eval_rows, 'round_rows': round_rows})
-      last_checkpoint = done
-    if bar is not None:
-      bar.update(n)
-      bar.set_postfix(acc=f'{float(acc):.4f}', best=f'{eval_rows[-1]["best_accuracy"]:.4f}')
+    if done == next_eval or len(prog.diverged) == prog.num_runs:
+      losses, accs = jax.device_get(compiled.evaluate(state.params, state.scenario, x_test,
+                                                      y_test))
+      prog.add_eval(done, losses, accs, elapsed0 + time.perf_counter() - t_start)
+      _write_metrics(out.run_dir, prog)
+      if (done // (cfg.checkpoint_every or cfg.eval_every) > last_checkpoint //
+          (cfg.checkpoint_every or cfg.eval_every) or done == cfg.rounds):
+        if len(prog.diverged) < prog.num_runs:
+          out.checkpointer.save(state, prog.history())
+          last_checkpoint = done
+    _advance(bar, n, prog)
   if bar is not None:
     bar.close()
-  checkpointer.close()
-  wall = time.perf_counter() - t_start
+  out.checkpointer.close()
+  return state, prog, time.perf_counter() - t_start
 
-  rounds = [r['round'] for r in eval_rows]
-  accs = [r['test_accuracy'] for r in eval_rows]
-  summary = metrics.summarize(rounds, accs, [r['test_loss'] for r in eval_rows], cfg.rounds,
-                              cfg.target_accuracy)
-  steady = wall - (first_segment_s or 0.0)
-  first = min(cfg.eval_every, rounds_run)
-  summary.update({
-      'algo': cfg.algo, 'dataset': ds.name, 'rounds': cfg.rounds,
+
+def _log_estimate(log, seconds_per_round, remaining):
+  total = seconds_per_round * remaining
+  log(f'{seconds_per_round:.2f}s per round: about '
+      + (f'{total / 60:.1f} min' if total >= 90 else f'{total:.0f}s')
+      + f' for the {remaining} round(s) to go')
+
+
+def _log_diverged(study, prog, r, log):
+  spec, (rnd, client) = study.runs[r], prog.diverged[r]
+  where = f', first at client {client}' if client >= 0 else ''
+  label = ', '.join([f'seed {spec.seed}'] + [f'{k}={v:g}' for k, v in spec.point.items()])
+  if len(study.runs) > 1:
+    log(f'warning: run {r} ({label}) diverged in round {rnd}{where}; it is frozen there and '
+        'reported as diverged')
+
+
+def _write_metrics(run_dir, prog):
+  report.write_csv(os.path.join(run_dir, 'metrics.csv'), prog.eval_rows)
+  report.write_csv(os.path.join(run_dir, 'rounds.csv'), prog.round_rows)
+
+
+def _progress_bar(total, done, enabled):
+  if not enabled:
+    return None
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  bar = tqdm(total=total, unit='round', dynamic_ncols=True, file=sys.stderr)
+  bar.update(min(done, total))
+  return bar
+
+
+def _advance(bar, n, prog):
+  if bar is None:
+    return
+  bar.update(n)
+  healthy = [b for r, b in prog.best.items() if r not in prog.diverged]
+  if healthy:
+    last = prog.eval_rows[-1]
+    bar.set_postfix(acc=f'{last["test_accuracy"]:.4f}', best=f'{max(healthy):.4f}')
+
+
+def _finish(study, compiled, out, state, prog, train_s, total_s, log):
+  """Summaries, plots and parameters; raises DivergenceError when every run diverged."""
+  cfg, exp = study.config, study.experiments[0]
+  per_run = [_run_summary(study, prog, spec) for spec in study.runs]
+  comm = exp.algo.communication(exp.state.params)
+  summary = {
+      'algo': cfg.algo, 'dataset': exp.dataset.name, 'rounds': cfg.rounds,
+      'weighting': algorithms.weighting(cfg), 'num_runs': len(study.runs),
+      'seeds': sorted({s.seed for s in study.runs}),
+      'grid': {k: sorted({s.point[k] for s in study.runs}) for k in study.runs[0].point},
       'communication_floats_per_client': comm,
       'communication_floats_per_round': {k: v * cfg.clients_per_round for k, v in comm.items()},
-      'wall_time_s': wall, 'compile_s': compile_s, 'first_segment_s': first_segment_s,
-      'memory_estimate_bytes': need,
-      'rounds_per_s_after_first_segment': ((rounds_run - first) / steady
-                                           if steady > 0 and rounds_run > first else None),
-      'segment_compilations': 1,  # compiled ahead of time above; every segment reuses it
-      'cohort_chunk': exp.chunk, 'strategy': exp.strategy,
-      'per_client_state_bytes': client_state_bytes,
-      'run_dir': run_dir,
-  })
+      'wall_time_s': total_s, 'train_time_s': train_s, 'compile_s': compiled.compile_s,
+      'memory_estimate_bytes': compiled.memory_bytes,
+      'segment_compilations': 1,  # compiled ahead of time; every call reuses it
+      'cohort_chunk': exp.chunk, 'strategy': exp.strategy, 'run_chunk': study.width,
+      'per_client_state_bytes': federated.nbytes(exp.state.clients),
+      'run_dir': out.run_dir,
+      'runs': per_run, 'grid_points': _grid_summaries(study, per_run),
+  }
   if cfg.personalize == 'calibrate':
-    summary['personalization'] = _personalize(exp, state.params, run_dir, log)
-  report.write_json(os.path.join(run_dir, 'summary.json'), summary)
-  report.plot_accuracy(os.path.join(run_dir, 'accuracy.png'), rounds, accs,
-                       metrics.best_so_far(accs), f'{cfg.algo} on {ds.name} ({cfg.partition})')
-  if round_rows:
-    report.plot_drift(os.path.join(run_dir, 'drift.png'), round_rows)
+    _personalize_all(study, state, per_run, out.run_dir, log)
+  if len(study.runs) == 1:
+    summary.update({k: v for k, v in per_run[0].items() if k not in ('run', 'seed')})
+  report.write_csv(os.path.join(out.run_dir, 'runs.csv'),
+                   [{k: v for k, v in r.items() if k != 'personalization'} for r in per_run])
+  report.write_json(os.path.join(out.run_dir, 'summary.json'), summary)
+  _plot(study, prog, out.run_dir)
   if cfg.save_params:
-    save_params(cfg.save_params, state.params)
-  log(f'done: final accuracy {summary["final_accuracy"]:.4f}, best {summary["best_accuracy"]:.4f}, '
-      f'last-10% mean {summary["last10_mean_accuracy"]:.4f}, rounds to '
-      f'{cfg.target_accuracy:.0%}: {summary["rounds_to_target"]}, {wall:.1f}s '
-      f'-> {run_dir}')
+    save_params(cfg.save_params, jax.tree.map(lambda a: a[:len(study.runs)], state.params))
+  return _report_end(study, summary, per_run, total_s, compiled.compile_s, log)
+
+
+def _run_summary(study, prog, spec):
+  cfg = study.config
+  rows = [row for row in prog.eval_rows if row['run'] == spec.index]
+  base = {'run': spec.index, 'seed': spec.seed, **spec.point}
+  if spec.index in prog.diverged:
+    rnd, client = prog.diverged[spec.index]
+    keys = ('final_accuracy', 'final_loss', 'best_accuracy', 'mean_best_accuracy',
+            'last10_mean_accuracy', 'rounds_to_target')
+    return {**base, 'status': 'diverged', 'diverged_round': rnd, 'diverged_client': client,
+            **{k: None for k in keys}}
+  summary = metrics.summarize([r['round'] for r in rows], [r['test_accuracy'] for r in rows],
+                              [r['test_loss'] for r in rows], cfg.rounds, cfg.target_accuracy)
+  return {**base, 'status': 'ok', 'diverged_round': None, 'diverged_client': None, **summary}
+
+
+def _grid_summaries(study, per_run):
+  """Per grid point: mean and std over its seeds that did not diverge."""
+  groups = []
+  for point in _points(study):
+    mine = [r for r in per_run if all(r[k] == v for k, v in point.items())]
+    ok = [r for r in mine if r['status'] == 'ok']
+    stats = {'grid_point': point, 'seeds': len(mine),
+             'diverged': len(mine) - len(ok)}
+    for key in ('final_accuracy', 'best_accuracy', 'last10_mean_accuracy',
+                'mean_best_accuracy'):
+      values = np.array([r[key] for r in ok], np.float64)
+      stats[key] = ({'mean': float(values.mean()), 'std': float(values.std())} if ok
+                    else {'mean': None, 'std': None})
+    reached = [r['rounds_to_target'] for r in ok if r['rounds_to_target'] is not None]
+    stats['rounds_to_target'] = {'reached': f'{len(reached)}/{len(mine)}',
+                                 'mean': float(np.mean(reached)) if reached else None}
+    groups.append(stats)
+  return groups
+
+
+def _points(study):
+  return list({tuple(s.point.items()): dict(s.point) for s in study.runs}.values())
+
+
+def _label(point, cfg):
+  return ', '.join(f'{k}={v:g}' for k, v in point.items()) or cfg.algo
+
+
+def _plot(study, prog, run_dir):
+  cfg, ds = study.config, study.experiments[0].dataset
+  title = f'{cfg.algo} on {ds.name} ({cfg.partition})'
+  if len(study.runs) == 1:
+    rows = prog.eval_rows
+    accs = [r['test_accuracy'] for r in rows]
+    report.plot_accuracy(os.path.join(run_dir, 'accuracy.png'), [r['round'] for r in rows],
+                         accs, metrics.best_so_far(accs), title)
+  else:
+    curves = {}
+    for point in _points(study):
+      runs = [s.index for s in study.runs if s.point == point and s.index not in prog.diverged]
+      mine = [r for r in prog.eval_rows if r['run'] in runs]
+      if not mine:
+        continue
+      rounds = sorted({r['round'] for r in mine})
+      acc = np.array([[r['test_accuracy'] for r in mine if r['round'] == t] for t in rounds])
+      curves[_label(point, cfg)] = (rounds, acc.mean(1), acc.std(1))
+    report.plot_mean_curves(os.path.join(run_dir, 'accuracy.png'), curves,
+                            f'{title}: {len(study.runs)} runs')
+  first = [r for r in prog.round_rows if r['run'] == prog.round_rows[0]['run']] \
+      if prog.round_rows else []
+  if first:
+    report.plot_drift(os.path.join(run_dir, 'drift.png'), first)
+
+
+def _report_end(study, summary, per_run, total_s, compile_s, log):
+  cfg = study.config
+  timing = f'{total_s:.1f}s in all ({compile_s:.1f}s compiling)'
+  ok = [r for r in per_run if r['status'] == 'ok']
+  if len(per_run) == 1 and ok:
+    r = ok[0]
+    log(f'done: final accuracy {r["final_accuracy"]:.4f}, best {r["best_accuracy"]:.4f}, '
+        f'last-10% mean {r["last10_mean_accuracy"]:.4f}, rounds to '
+        f'{cfg.target_accuracy:.0%}: {r["rounds_to_target"]}; {timing} -> {summary["run_dir"]}')
+  elif ok:
+    for g in summary['grid_points']:
+      if g['final_accuracy']['mean'] is None:
+        continue
+      log(f'{_label(g["grid_point"], cfg)}: final {g["final_accuracy"]["mean"]:.4f} +- '
+          f'{g["final_accuracy"]["std"]:.4f}, best {g["best_accuracy"]["mean"]:.4f} +- '
+          f'{g["best_accuracy"]["std"]:.4f} over {g["seeds"] - g["diverged"]} seed(s)'
+          + (f' ({g["diverged"]} diverged)' if g['diverged'] else ''))
+    log(f'done: {len(per_run)} runs; {timing} -> {summary["run_dir"]}')
+  bad = [r for r in per_run if r['status'] == 'diverged']
+  if bad and not ok:
+    raise DivergenceError(_divergence_message(study, bad, summary['run_dir']))
+  if bad:
+    log(f'warning: {len(bad)} of {len(per_run)} runs diverged: '
+        + '; '.join(f'run {r["run"]} (seed {r["seed"]}'
+                    + ''.join(f', {k}={r[k]:g}' for k in study.runs[0].point)
+                    + f') in round {r["diverged_round"]}' for r in bad))
   return summary
+
+
+def _divergence_message(study, bad, run_dir):
+  cfg = study.config
+  if len(bad) == 1:
+    r = bad[0]
+    where = f', first at client {r["diverged_client"]}' if r['diverged_client'] >= 0 else ''
+    return (f'diverged: non-finite global model or client update in round '
+            f'{r["diverged_round"]}{where}; {_checkpoint_note(run_dir)}; lower --lr (now '
+            f'{cfg.lr:g}) or check the data')
+  return (f'every run diverged (first in round {min(r["diverged_round"] for r in bad)}); '
+          f'{_checkpoint_note(run_dir)}; lower --lr or check the data')
+
+
+def _checkpoint_note(run_dir):
+  directory = os.path.join(run_dir, 'checkpoints')
+  rounds = sorted(int(d) for d in os.listdir(directory) if d.isdigit()) \
+      if os.path.isdir(directory) else []
+  if not rounds:
+    return 'no checkpoint was saved before it'
+  return f'the last good checkpoint (round {rounds[-1]}) is in {directory}'
+
+
+def _personalize_all(study, state, per_run, run_dir, log):
+  rows = []
+  for spec, summary in zip(study.runs, per_run):
+    if summary['status'] != 'ok':
+      continue
+    exp = study.experiments[spec.index]
+    params = jax.tree.map(lambda a, i=spec.index: a[i], state.params)
+    before, after, num_test = _calibrate(exp, params)
+    rows += [{'run': spec.index, 'client': i, 'num_test': int(n),
+              'global_model_accuracy': float(b), 'calibrated_accuracy': float(a)}
+             for i, (b, a, n) in enumerate(zip(before, after, num_test))]
+    result = personalize.summarize(before, after, num_test)
+    summary['personalization'] = result
+    log(f'personalisation (run {spec.index}): per-client accuracy '
+        f'{result["global_model_mean_accuracy"]:.4f} +- {result["global_model_std_accuracy"]:.4f}'
+        f' (global model) -> {result["calibrated_mean_accuracy"]:.4f} +- '
+        f'{result["calibrated_std_accuracy"]:.4f} (calibrated) over '
+        f'{result["clients_evaluated"]} clients')
+  report.write_csv(os.path.join(run_dir, 'personalization.csv'), rows)
+
+
+def _calibrate(exp, params):
+  cfg, ds = exp.config, exp.dataset
+  test = federated.build(ds.x_test, ds.y_test, exp.test_parts, ds.num_classes)
+  schedule = engine.Schedule(cfg.batch_size, 0, cfg.personalize_epochs)
+  term = None if cfg.personalize_term == 'none' else cfg.personalize_term
+  return personalize.calibrate(exp.model, params, exp.data, test, schedule, cfg.lr, term,
+                               cfg.prox_mu, cfg.kd_lambda, cfg.kd_temperature, cfg.seed,
+                               exp.chunk)
 
 
 def estimated_memory(compiled):
@@ -363,7 +523,7 @@ RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out')
 
 
 def resume(run_dir, **overrides) -> dict:
-  """Continues the run in `run_dir` as configured; only RESUME_OVERRIDES may change."""
+  """Continues the runs in `run_dir` as configured; only RESUME_OVERRIDES may change."""
   path = os.path.join(run_dir, 'config.json')
   if not os.path.exists(path):
     raise UserError(f'--resume: {run_dir} holds no run (no config.json)')
@@ -380,28 +540,9 @@ def resume(run_dir, **overrides) -> dict:
   return run(config)
 
 
-def _personalize(exp, params, run_dir, log):
-  cfg, ds = exp.config, exp.dataset
-  test = federated.build(ds.x_test, ds.y_test, exp.test_parts, ds.num_classes)
-  schedule = engine.Schedule(cfg.batch_size, 0, cfg.personalize_epochs)
-  term = None if cfg.personalize_term == 'none' else cfg.personalize_term
-  before, after, num_test = personalize.calibrate(
-      exp.model, params, exp.data, test, schedule, cfg.lr, term, cfg.prox_mu, cfg.kd_lambda,
-      cfg.kd_temperature, cfg.seed, exp.chunk)
-  report.write_csv(os.path.join(run_dir, 'personalization.csv'),
-                   [{'client': i, 'num_test': int(n), 'global_model_accuracy': float(b),
-                     'calibrated_accuracy': float(a)}
-                    for i, (b, a, n) in enumerate(zip(before, after, num_test))])
-  result = personalize.summarize(before, after, num_test)
-  log(f'personalisation: per-client accuracy {result["global_model_mean_accuracy"]:.4f} '
-      f'+- {result["global_model_std_accuracy"]:.4f} (global model) -> '
-      f'{result["calibrated_mean_accuracy"]:.4f} +- {result["calibrated_std_accuracy"]:.4f} '
-      f'(calibrated) over {result["clients_evaluated"]} clients')
-  return result
-
-
 def save_params(path, params):
-  """Final global parameters, flattened and named by flax path ('conv1/conv/kernel', ...)."""
+  """Final global parameters of every run, named by flax path ('conv1/conv/kernel', ...),
+  each array with a leading run axis in runs.csv order (length 1 for a single run)."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   import io  # pylint: disable=g-import-not-at-top
   buf = io.BytesIO()

@@ -22,6 +22,9 @@ class ServerState(NamedTuple):
   round: jax.Array  # int32, rounds completed
   key: jax.Array    # the run's key; round t uses fold_in(key, t)
   scenario: PyTree = ()  # the data scenario's state (e.g. concept shift's label map)
+  # 0 while the run is healthy; else the round whose model or update became non-finite. From
+  # then on the engine freezes the run at its last finite state (see engine.make_round).
+  diverged_at: jax.Array = 0
 
 
 class Batch(NamedTuple):
@@ -44,6 +47,8 @@ class ClientResult(NamedTuple):
   delta: PyTree         # theta_t - theta_i^H
   client_state: PyTree  # this client's new per-client state
   loss: jax.Array       # mean training objective over its local steps
+  upload: PyTree = ()   # what the server reads this round and nobody keeps (stateless
+                        # FedCurv's Fisher); the engine stacks it into Cohort.uploads
 
 
 class Cohort(NamedTuple):
@@ -57,6 +62,7 @@ class Cohort(NamedTuple):
   old_states: PyTree       # [K, ...] per-client state before the round
   new_states: PyTree       # [K, ...] per-client state after the round
   num_clients: int         # N, static
+  uploads: PyTree = ()     # [K, ...] the clients' ClientResult.upload, stacked
 
 
 class FederatedAlgorithm(NamedTuple):
@@ -71,6 +77,9 @@ class FederatedAlgorithm(NamedTuple):
   needs_client_deltas: False lets the engine stream the aggregation: clients' deltas are
     summed as they finish and never stacked to [K, P] (bounded memory for large cohorts);
     the server then sees only cohort.mean_delta.
+  diagnostics(server) -> {name: float32 scalar}: read from the server buffers after
+    server_update, merged into the round's metrics (e.g. IGFL's sum of time-attention
+    weights, which §4.3 leaves unnormalised).
   """
   name: str
   init: Callable
@@ -80,3 +89,4 @@ class FederatedAlgorithm(NamedTuple):
   server_update: Callable
   communication: Callable
   needs_client_deltas: bool = True
+  diagnostics: Callable = lambda server: {}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import sweep
+from fedjax_drift import config as sweep
 
 
 def _config(npz, out, **kw):

@@ -1,0 +1,290 @@
+"""Set-up, written once: a run is a study of R >= 1 runs (seeds x grid points).
+
+`plan(config)` lists the runs: run r has its own seed (its partition, initial model, cohorts
+and batches, derived exactly as a lone run with that seed) and its own grid point, with every
+sentinel resolved and every point validated. `build(config)` loads the data once, builds each
+run (`prepare` builds one), and stacks their states and client tables on a leading run axis.
+The compiled step runs every run's round: `--run_chunk` runs vmapped together, the groups one
+after another; inside each run, clients run as `--client_parallelism`/`--cohort_chunk` say and
+over `--devices`.
+
+Which flags may be gridded (config.GRIDABLE): float hyperparameters that only enter arithmetic.
+A gridded flag that differs between runs is traced, so one program serves every point; flags
+that change shapes or the program's structure (model, algorithm, local steps, batch size,
+cohort size, variants, buffer sizes) are static and cannot be gridded. A zero that switches a
+part off (e.g. --prox_mu=0) skips the part when static; gridded, the part runs with weight 0.
+"""
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_drift import algorithms, engine, models
+from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
+from fedjax_drift.data import domains, federated, partitions, scenarios, sources
+from fedjax_drift.errors import UserError
+from fedjax_drift.state import ServerState
+
+
+class RunSpec(NamedTuple):
+  index: int      # position in runs.csv and on the run axis
+  seed: int
+  point: dict     # this run's grid values ({} without --grid)
+  config: Config  # the user's config at this seed and point, sentinels resolved
+
+
+class Experiment(NamedTuple):
+  """One run, built and ready for its first round; tests use it to step rounds by hand."""
+  config: Config
+  dataset: sources.Dataset
+  train_parts: list          # per-client example indices into dataset.x_train
+  test_parts: Any            # list or None
+  model: models.Model
+  algo: Any
+  data: federated.FederatedData
+  state: ServerState
+  round_fn: Any
+  schedule: engine.Schedule
+  max_local_steps: int
+  chunk: int
+  strategy: str
+  server_data: Any           # FedGKD-Vote's validation split, or None
+  scenario: Any              # data/scenarios.Scenario
+
+
+class Study(NamedTuple):
+  """Every run of a config, stacked on a leading run axis padded to a multiple of `width`."""
+  config: Config              # the user's config
+  runs: list                  # RunSpec, in runs.csv order
+  experiments: list           # one Experiment per run (partitions, tables, initial state)
+  traced: tuple               # hyperparameters that differ between runs (traced scalars)
+  width: int                  # runs vmapped together
+  data: federated.FederatedData  # x, y shared; client tables [R_pad, ...]
+  inputs: dict                # per-run traced inputs [R_pad, ...]: 'hp', 'server_data'
+  state: ServerState          # [R_pad, ...]
+  step: Any                   # (state, data, inputs) -> (state, metrics[R_pad]) for all runs
+  max_local_steps: int
+
+
+def resolve(config: Config) -> Config:
+  """The config with sentinels replaced by what they stand for (-1 = 'same as --beta')."""
+  return dataclasses.replace(
+      config, beta_local=config.beta if config.beta_local < 0 else config.beta_local,
+      beta_global=config.beta if config.beta_global < 0 else config.beta_global)
+
+
+def plan(config: Config) -> list:
+  """The runs of `config`: grid points (outer) x seeds (inner), each validated up front."""
+  config.validate()
+  runs = []
+  for point in grid_points(parse_grid(config.grid)):
+    label = ', '.join(f'{k}={v:g}' for k, v in point.items())
+    try:
+      at_point = dataclasses.replace(config, **point).validate()
+    except UserError as e:
+      raise UserError(f'--grid point {label}: {e}') from None
+    for s in range(config.seeds):
+      runs.append(RunSpec(len(runs), config.seed + s, point,
+                          resolve(dataclasses.replace(at_point, seed=config.seed + s))))
+  return runs
+
+
+class _Shared(NamedTuple):
+  dataset: sources.Dataset
+  domain_ids: Any
+  x: jax.Array   # the training examples on the device, once for every run
+
+
+def _load(config) -> _Shared:
+  algorithms.recipe(config)  # fail on a bad --algo / --local_terms before any work
+  domain_ids = None
+  if config.dataset == 'digits_domains':
+    if not config.data_dir:
+      raise UserError('--dataset=digits_domains needs --data_dir holding mnist/ and usps/')
+    # The domains are one fixed construction; the run seed drives the partition.
+    dataset, domain_ids, _ = domains.load_digits_domains(config.data_dir, seed=0)
+  else:
+    dataset = sources.load(config.dataset, config.data_dir or None)
+  if config.partition == 'domains' and domain_ids is None:
+    raise UserError('--partition=domains needs a multi-domain --dataset (digits_domains)')
+  return _Shared(dataset, domain_ids, jnp.asarray(dataset.x_train))
+
+
+def _validation_split(config, dataset):
+  """FedGKD-Vote's server validation split: --vote_val_size training examples, seeded.
+
+  Returns (kept example indices, server_data or None). Clients are partitioned over the kept
+  examples only. With a file partition, validation examples come from examples no client
+  holds (the file's indices refer to the full training set).
+  """
+  n = len(dataset.y_train)
+  if not algorithms.needs_validation(config):
+    return np.arange(n), None
+  size, rng = config.vote_val_size, np.random.default_rng(config.seed + 104729)
+  if config.partition.startswith('file:'):
+    used = np.concatenate(partitions.from_file(config.partition[5:], n))
+    free = np.setdiff1d(np.arange(n), used)
+    if len(free) < size:
+      raise UserError(f'--vote_val_size={size}: only {len(free)} training examples are in no '
+                      f'client of --partition={config.partition}')
+    val, keep = rng.choice(free, size, replace=False), np.arange(n)
+  else:
+    if size >= n:
+      raise UserError(f'--vote_val_size={size} must be smaller than the {n} training examples')
+    perm = rng.permutation(n)
+    val, keep = perm[:size], np.sort(perm[size:])
+  server_data = {'x_val': federated.to_float(jnp.asarray(dataset.x_train[val])),
+                 'y_val': jnp.asarray(dataset.y_train[val])}
+  return keep, server_data
+
+
+def _partition(config, shared):
+  """(train parts as indices into the full training set, test parts or None, server data)."""
+  ds = shared.dataset
+  keep, server_data = _validation_split(config, ds)
+  if config.partition == 'domains':
+    parts = domains.domain_partition(shared.domain_ids[keep], config.num_clients,
+                                     np.random.default_rng(config.seed))
+  elif config.partition.startswith('file:'):
+    parts = partitions.partition(config.partition, ds.y_train, config.num_clients, config.seed)
+    keep = np.arange(len(ds.y_train))
+  else:
+    parts = partitions.partition(config.partition, ds.y_train[keep], config.num_clients,
+                                 config.seed, config.classes_per_client, config.dirichlet_alpha)
+  parts = [keep[p] for p in parts]
+  if config.clients_per_round > len(parts):
+    raise UserError(f'--clients_per_round={config.clients_per_round} exceeds the '
+                    f'{len(parts)} clients of --partition={config.partition}')
+  if config.cohort_sampler == 'cover_classes':
+    _check_cover_possible(config, ds, parts)
+  test_parts = None
+  if config.test_partition == 'like_train':
+    test_parts = partitions.partition_like(parts, ds.y_train, ds.y_test, config.seed,
+                                           ds.num_classes)
+  return parts, test_parts, server_data
+
+
+def _check_cover_possible(config, dataset, parts):
+  """A greedy set cover must fit in K clients, or cover_classes cannot hold."""
+  has = [set(np.unique(dataset.y_train[p]).tolist()) for p in parts]
+  uncovered, used = set().union(*has), 0
+  while uncovered and used < config.clients_per_round:
+    best = max(has, key=lambda h: len(h & uncovered))
+    uncovered -= best
+    used += 1
+  if uncovered:
+    raise UserError(f'--cohort_sampler=cover_classes: {config.clients_per_round} clients per '
+                    f'round cannot cover all classes of --partition={config.partition} '
+                    f'(seed {config.seed}); raise --clients_per_round')
+
+
+def _build_run(config: Config, shared: _Shared) -> Experiment:
+  """One run from a resolved config: partition, model, algorithm, tables and initial state."""
+  ds = shared.dataset
+  if config.scenario == 'longtail_stateless' and algorithms.needs_validation(config):
+    raise UserError('--scenario=longtail_stateless draws clients from the whole training set, '
+                    'so FedGKD-Vote\'s validation split cannot be held out of it')
+  train_parts, test_parts, server_data = _partition(config, shared)
+  model = models.get(config.model, ds.num_classes, ds.x_train.shape[1:], config.init,
+                     algorithms.projection_dim(config))
+  algo = algorithms.get(config.algo, config, model, server_data)
+  schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
+  scenario = scenarios.from_config(config, ds)
+  counts = np.array([len(p) for p in train_parts])
+  if scenario.fresh_cohort is not None:
+    counts = np.array([scenario.max_examples])
+  max_local_steps = engine.max_steps(counts, schedule)
+  chunk, strategy = _parallelism(config, model)
+  data = federated.build(shared.x, ds.y_train, train_parts, ds.num_classes)
+  run_key = jax.random.key(config.seed)
+  params = model.init(jax.random.fold_in(run_key, 0))
+  state = engine.init_state(algo, params, len(train_parts), jax.random.fold_in(run_key, 1),
+                            scenario)
+  if scenario.fresh_cohort is not None and jax.tree.leaves(state.clients):
+    raise UserError(f'--scenario=longtail_stateless draws new clients every round, so '
+                    f'--algo={config.algo}\'s per-client state would never be used; pick a '
+                    'stateless algorithm')
+  round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
+                               algorithms.weighting(config), chunk, config.cohort_sampler,
+                               config.devices, scenario)
+  return Experiment(config, ds, train_parts, test_parts, model, algo, data, state, round_fn,
+                    schedule, max_local_steps, chunk, strategy, server_data, scenario)
+
+
+def _parallelism(config, model):
+  """(client chunk width, reason), checking --devices against what jax sees."""
+  if config.devices > jax.device_count():
+    hint = ''
+    if jax.default_backend() == 'cpu':
+      hint = (f'; on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count='
+              f'{config.devices} before starting Python')
+    raise UserError(f'--devices={config.devices} but jax sees {jax.device_count()} '
+                    f'{jax.default_backend()} device(s){hint}')
+  return engine.choose_parallelism(config.client_parallelism, model.family,
+                                   jax.default_backend(), config.clients_per_round //
+                                   config.devices, config.cohort_chunk)
+
+
+def prepare(config: Config) -> Experiment:
+  """The lone run of `config` (its --seed, no grid), built as `build` builds each run."""
+  config.validate()
+  return _build_run(resolve(config), _load(config))
+
+
+def _stack(trees):
+  return jax.tree.map(lambda *a: jnp.stack(a), *trees)
+
+
+def _stack_tables(tables):
+  """Client tables of every run on a run axis; index rows padded to a common width."""
+  width = max(t.client_index.shape[1] for t in tables)
+  if len({t.client_count.shape[0] for t in tables}) > 1:
+    raise UserError('the seeds give different numbers of clients; a sweep needs the same '
+                    'number in every run')
+  index = jnp.stack([jnp.pad(t.client_index, ((0, 0), (0, width - t.client_index.shape[1])))
+                     for t in tables])
+  return tables[0]._replace(client_index=index,
+                            client_count=jnp.stack([t.client_count for t in tables]),
+                            label_hist=jnp.stack([t.label_hist for t in tables]))
+
+
+def build(config: Config, runs=None) -> Study:
+  """Every run of `config` (see `plan`), stacked and ready to compile."""
+  runs = runs or plan(config)
+  shared = _load(config)
+  experiments = [_build_run(spec.config, shared) for spec in runs]
+  width = min(config.run_chunk or len(runs), len(runs))
+  padded = experiments + [experiments[-1]] * (-len(runs) % width)  # equal groups
+  traced = tuple(n for n in GRIDABLE if len({getattr(s.config, n) for s in runs}) > 1)
+  inputs = {'hp': {n: jnp.asarray([getattr(e.config, n) for e in padded], jnp.float32)
+                   for n in traced},
+            'server_data': (_stack([e.server_data for e in padded])
+                            if padded[0].server_data is not None else None)}
+  max_local_steps = max(e.max_local_steps for e in experiments)
+  step = _make_step(runs[0].config, experiments[0], max_local_steps, width)
+  return Study(config, runs, experiments, traced, width,
+               _stack_tables([e.data for e in padded]), inputs,
+               _stack([e.state for e in padded]), step, max_local_steps)
+
+
+def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
+  """(state, data, inputs) -> (state, metrics) for every run: each run's algorithm is built
+  inside the trace from its traced hyperparameters and server data."""
+
+  def one_run(state, index, count, hist, run_inputs, data):
+    config = dataclasses.replace(base, **run_inputs['hp'])
+    algo = algorithms.get(config.algo, config, exp.model, run_inputs['server_data'])
+    round_fn = engine.make_round(algo, exp.schedule, max_local_steps, config.clients_per_round,
+                                 algorithms.weighting(config), exp.chunk,
+                                 config.cohort_sampler, config.devices, exp.scenario)
+    return round_fn(state, data._replace(client_index=index, client_count=count,
+                                         label_hist=hist))
+
+  def step(state, data, inputs):
+    return engine.over_runs(
+        lambda s, i, c, h, r: one_run(s, i, c, h, r, data),
+        (state, data.client_index, data.client_count, data.label_hist, inputs), width)
+
+  return step
