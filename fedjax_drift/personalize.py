@@ -23,8 +23,8 @@ def head_labels(params):
     return {'params': head_labels(params['params']),
             'batch_stats': jax.tree.map(lambda _: 'freeze', params['batch_stats'])}
   keys = list(params)
-  if 'base' in params:  # a model wrapped with a projection head: the classifier is inside
-    return {k: (head_labels(v) if k == 'base' else jax.tree.map(lambda _: 'freeze', v))
+  if 'classifier' in params:  # zoo.WithProjection: the output layer after the projection
+    return {k: jax.tree.map(lambda _, k=k: 'train' if k == 'classifier' else 'freeze', v)
             for k, v in params.items()}
   return {k: jax.tree.map(lambda _, k=k: 'train' if k == keys[-1] else 'freeze', v)
           for k, v in params.items()}

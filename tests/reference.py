@@ -32,7 +32,7 @@ def to_numpy_params(params):
 # ---------------------------------------------------------------------------------------------
 # A numpy simulator of one round on logistic regression, with params as one flat float64 vector
 # [kernel.ravel(), bias]. Algorithms plug in per-example logit gradients and step rules, written
-# straight from ../shared/ALGORITHMS.md.
+# straight from the papers' equations as docs/algorithms.md restates them.
 
 def onehot(y, num_classes):
   out = np.zeros((len(y), num_classes))
@@ -68,3 +68,25 @@ class LogReg:
 def flat(params):
   W, b = to_numpy_params(params)
   return np.concatenate([W.ravel(), b])
+
+
+def attention_mixing(kind, V, previous, similarity='dot', temperature=1.0):
+  """IGFL-S (§4): weights a_j with w_ps <- w_ps + sum_j a_j V_j. V, previous: [K, P] float64.
+
+  time (§4.3): a_j = exp psi(prev_j, V_j) / sum_tau exp psi(prev_j, V_tau), unnormalised;
+  time_rows: (1/K) sum_i softmax_j psi(prev_i, V_j); self: (1/K) sum_i softmax_j psi(V_i, V_j);
+  global: softmax_j psi(mean V, V_j).
+  """
+  def scores(Q):
+    S = Q @ V.T
+    if similarity == 'cosine':
+      S = S / np.maximum(np.linalg.norm(Q, axis=1)[:, None] * np.linalg.norm(V, axis=1), 1e-30)
+    return softmax(S / temperature)
+  if kind == 'self':
+    return scores(V).mean(axis=0)
+  if kind == 'global':
+    return scores(V.mean(axis=0, keepdims=True))[0]
+  A = scores(previous)
+  if kind == 'time':
+    return np.array([A[j, j] for j in range(len(V))])
+  return A.mean(axis=0)

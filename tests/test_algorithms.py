@@ -2,7 +2,8 @@
 
 Setting: logistic regression on a tiny 3-class problem, four clients of unequal sizes (5, 9,
 14, 20 examples), minibatches of 4 with one local epoch, so local step counts H_i differ
-(2, 3, 4, 5). Each test runs the compiled engine round by round and, in lockstep, a numpy
+(2, 3, 4, 5). Aggregation weights are each paper's (--weighting=auto): uniform 1/|S| or n_i/n,
+which differ here because the sizes do. Each test runs the compiled engine round by round and, in lockstep, a numpy
 re-implementation fed with the same cohort and minibatches, and compares the global model
 after every round. See tests/reference.py for the numpy pieces.
 """
@@ -14,7 +15,7 @@ import pytest
 import fedjax_drift
 from fedjax_drift.algorithms import igfl
 from helpers import cohort_and_batches, run_rounds, tiny_config
-from reference import LogReg, flat, onehot, softmax
+from reference import LogReg, attention_mixing, flat, onehot, softmax
 
 LR = 0.1
 
@@ -63,7 +64,7 @@ class SlowMo:
     self.beta, self.alpha, self.m = beta, alpha, None
 
   def __call__(self, model, theta, ids, counts, batches, exp):
-    p = weights(ids, counts)
+    p = weights(ids, counts, 'uniform')  # FedADC paper, Alg. 2 l.12
     deltas = [theta - local_sgd(model, theta, batches[i], ce_grad(model)) for i in ids]
     g_bar = sum(pi * d for pi, d in zip(p, deltas)) / LR
     self.m = g_bar if self.m is None else self.beta * self.m + g_bar
@@ -107,7 +108,7 @@ class FedADC:
 
   def __call__(self, model, theta, ids, counts, batches, exp):
     m = np.zeros_like(theta) if self.m is None else self.m
-    p = weights(ids, counts)
+    p = weights(ids, counts, 'uniform')  # Alg. 3 l.16
     deltas = []
     for i in ids:
       hist = np.asarray(exp.data.label_hist[i], np.float64)
@@ -196,28 +197,32 @@ def test_fedadc_plus(tiny_npz, unequal_partition):
 
 
 class FedFOR:
-  """eq. 7: gradient (alpha/eta)(w^{t-2} - w^{t-1}) where (w^{t-2}-w^{t-1})(w-w^{t-1}) > 0."""
+  """eq. 7: gradient c (w^{t-2} - w^{t-1}) where (w^{t-2}-w^{t-1})(w-w^{t-1}) > 0, with
+  c = alpha/eta (paper) or alpha/(eta H_i) (per_step); 1/K averaging (Algorithm 1)."""
 
-  def __init__(self, alpha):
-    self.alpha, self.older = alpha, None
+  def __init__(self, alpha, per_step=False):
+    self.alpha, self.per_step, self.older = alpha, per_step, None
 
   def __call__(self, model, theta, ids, counts, batches, exp):
     older = theta if self.older is None else self.older
     diff = older - theta
+    finals = []
+    for i in ids:
+      c = self.alpha / (LR * (len(batches[i]) if self.per_step else 1))
 
-    def grad(w, x, y, mask):
-      g = model.grad(w, x, model.ce_dlogits(w, x, y), mask)
-      return g + (self.alpha / LR) * diff * ((diff * (w - theta)) > 0)
-
-    p = weights(ids, counts)
-    new = sum(pi * local_sgd(model, theta, batches[i], grad) for pi, i in zip(p, ids))
+      def grad(w, x, y, mask, c=c):
+        g = model.grad(w, x, model.ce_dlogits(w, x, y), mask)
+        return g + c * diff * ((diff * (w - theta)) > 0)
+      finals.append(local_sgd(model, theta, batches[i], grad))
     self.older = theta
-    return new
+    return np.mean(finals, axis=0)
 
 
-def test_fedfor(tiny_npz, unequal_partition):
-  exp = make(tiny_npz, unequal_partition, 'fedfor', for_alpha=0.05)
-  reference = FedFOR(0.05)
+@pytest.mark.parametrize('scale', ['paper', 'per_step'])
+def test_fedfor(tiny_npz, unequal_partition, scale):
+  exp = make(tiny_npz, unequal_partition, 'fedfor', for_alpha=0.05 if scale == 'paper' else 0.2,
+             for_scale=scale, clients_per_round=3)
+  reference = FedFOR(0.05 if scale == 'paper' else 0.2, per_step=scale == 'per_step')
   run_lockstep(exp, reference, rounds=4)
 
 
@@ -228,6 +233,31 @@ def test_fedfor_term_is_active(tiny_npz, unequal_partition):
   b = run_lockstep(make(tiny_npz, unequal_partition, 'fedfor', for_alpha=0.0),
                    FedFOR(0.0), rounds=3)
   assert np.abs(flat(a.params) - flat(b.params)).max() > 1e-4
+
+
+def _global_update_norms(exp, rounds):
+  state, step, norms = exp.state, jax.jit(exp.round_fn), []
+  for _ in range(rounds):
+    new = step(state, exp.data)[0]
+    norms.append(np.linalg.norm(flat(new.params) - flat(state.params)))
+    state = new
+  return np.array(norms)
+
+
+def test_fedfor_alpha_growth_factor(tiny_npz, unequal_partition):
+  """Eq. 7 as printed (alpha/eta), alpha = 5: a local step where a coordinate moves back jumps
+  alpha (W^{t-1} - W^{t-2}), so the global update grows up to alpha-fold per round. Scaled per
+  step (alpha/(eta H_i)) it stays the size of FedAvg's."""
+  paper = _global_update_norms(make(tiny_npz, unequal_partition, 'fedfor', for_alpha=5.0), 8)
+  growth = paper[1:] / paper[:-1]
+  assert growth.max() > 3.5 and paper[-1] > 100 * paper[0]
+  assert np.all(growth < 5.0 + 1.0)  # up to alpha, plus the loss's own step
+  per_step = _global_update_norms(make(tiny_npz, unequal_partition, 'fedfor', for_alpha=5.0,
+                                       for_scale='per_step'), 8)
+  fedavg = _global_update_norms(make(tiny_npz, unequal_partition, 'fedavg',
+                                     weighting='uniform'), 8)
+  assert np.all(per_step[1:] / per_step[:-1] < 1.5)
+  assert per_step.max() < 2 * fedavg.max()
 
 
 # ---------------------------------------------------------------------------------- FedGKD
@@ -286,6 +316,7 @@ class IGFL:
     self.group, self.attention, self.similarity, self.temp = group, attention, similarity, temp
     self.own = {}
     self.ps = None
+    self.weight_sums = []
 
   def __call__(self, model, theta, ids, counts, batches, exp):
     K = len(ids)
@@ -306,14 +337,9 @@ class IGFL:
     if self.attention is None:
       new = theta + V.mean(axis=0)
     else:
-      Q = {'self': V, 'global': V.mean(axis=0, keepdims=True),
-           'time': np.stack(previous)}[self.attention]
-      S = Q @ V.T
-      if self.similarity == 'cosine':
-        S = S / np.maximum(np.linalg.norm(Q, axis=1)[:, None] * np.linalg.norm(V, axis=1), 1e-30)
-      A = softmax(S / self.temp)
-      hat = A @ V  # Delta_w_hat_i
-      new = theta + hat.mean(axis=0)
+      a = attention_mixing(self.attention, V, np.stack(previous), self.similarity, self.temp)
+      self.weight_sums.append(a.sum())
+      new = theta + a @ V
     self.ps = new - theta
     return new
 
@@ -324,12 +350,47 @@ def test_igfl_c(tiny_npz, unequal_partition):
 
 
 @pytest.mark.parametrize('kind,similarity,temp', [('self', 'dot', 1.0), ('global', 'dot', 1.0),
-                                                  ('time', 'dot', 1.0), ('self', 'cosine', 0.5)])
+                                                  ('time', 'dot', 1.0), ('time_rows', 'dot', 1.0),
+                                                  ('time', 'cosine', 0.5),
+                                                  ('self', 'cosine', 0.5)])
 def test_igfl_s(tiny_npz, unequal_partition, kind, similarity, temp):
   exp = make(tiny_npz, unequal_partition, 'igfl_s', clients_per_round=3, attention=kind,
              attention_similarity=similarity, attention_temperature=temp)
   run_lockstep(exp, IGFL(4, group=False, attention=kind, similarity=similarity, temp=temp),
                rounds=4)
+
+
+TEMP = 0.01
+
+
+def test_igfl_time_attention_weight_sum(tiny_npz, unequal_partition):
+  """§4.3's alpha_j are unnormalised: the engine's recorded sum (the algorithm's diagnostics)
+  matches the numpy reference every round, and differs from 1 once clients return."""
+  exp = make(tiny_npz, unequal_partition, 'igfl_s', clients_per_round=3, attention='time',
+             attention_temperature=TEMP)
+  reference = IGFL(4, group=False, attention='time', temp=TEMP)
+  model, state, step = LogReg(6, 3), exp.state, jax.jit(exp.round_fn)
+  for r in range(5):
+    ids, counts, batches = cohort_and_batches(exp, state)
+    theta = reference(model, flat(state.params), [int(i) for i in ids], counts, batches, exp)
+    state, _ = step(state, exp.data)
+    np.testing.assert_allclose(flat(state.params), theta, atol=2e-5, rtol=1e-4)
+    got = float(exp.algo.diagnostics(state.server)['attention_weight_sum'])
+    np.testing.assert_allclose(got, reference.weight_sums[-1], rtol=1e-5)
+  assert abs(reference.weight_sums[0] - 1.0) < 1e-6  # round 1: zero queries, alpha_j = 1/K
+  assert max(abs(w - 1.0) for w in reference.weight_sums) > 0.05
+
+
+def test_time_attention_zero_query_and_overflow():
+  values = np.array([[3.0, 0.0], [0.0, 2.0], [1e20, 1e20]], np.float32)
+  previous = np.array([[0.0, 0.0], [0.0, 1.0], [1e20, 1e20]], np.float32)
+  a = np.asarray(igfl.mixing_weights('time', jax.numpy.asarray(values),
+                                     jax.numpy.asarray(previous)))
+  assert np.all(np.isfinite(a))
+  np.testing.assert_allclose(a[0], 1 / 3, rtol=1e-6)  # no previous update: uniform row
+  assert a[1] == 0.0 and a[2] == 1.0  # scores overflow float32 but keep their order
+  np.testing.assert_allclose(a, attention_mixing('time', values.astype(np.float64),
+                                                 previous.astype(np.float64)), atol=1e-6)
 
 
 @pytest.mark.parametrize('kind', ['self', 'time'])
@@ -361,17 +422,49 @@ def _fedavg_params(tiny_npz, unequal_partition, rounds=3, **overrides):
     ('fedadc_dm', dict(beta=0.0, phi=0.0)),
     ('fedadc_plus', dict(beta=0.0, kd_lambda=0.0)),
     ('fedfor', dict(for_alpha=0.0)),
+    ('fedfor', dict(for_alpha=0.0, for_scale='per_step')),
     ('fedgkd', dict(gkd_gamma=0.0)),
     ('fedgkd_vote', dict(vote_lambda=0.0, vote_val_size=5)),
-    ('igfl_c', dict(igfl_group=0.0, weighting='uniform')),
-    ('igfl_s', dict(attention_temperature=1e30, weighting='uniform')),
-    ('igfl', dict(igfl_group=0.0, attention_temperature=1e30, weighting='uniform')),
+    ('igfl_c', dict(igfl_group=0.0)),
+    ('igfl_s', dict(attention_temperature=1e30)),
+    ('igfl_s', dict(attention_temperature=1e30, attention='time')),
+    ('igfl_s', dict(attention_temperature=1e30, attention='time_rows')),
+    ('igfl', dict(igfl_group=0.0, attention_temperature=1e30)),
 ])
 def test_reduces_to_fedavg_when_knob_off(tiny_npz, unequal_partition, algo, knob_off):
-  state = run_rounds(make(tiny_npz, unequal_partition, algo, clients_per_round=2, **knob_off), 3)
+  """At the algorithm's own (auto) weighting, FedAvg run with that same weighting."""
+  exp = make(tiny_npz, unequal_partition, algo, clients_per_round=2, **knob_off)
+  state = run_rounds(exp, 3)
   reference = _fedavg_params(tiny_npz, unequal_partition, clients_per_round=2,
-                             weighting=knob_off.get('weighting', 'examples'))
+                             weighting=fedjax_drift.algorithms.weighting(exp.config))
   chex.assert_trees_all_close(state.params, reference, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize('algo,expected', [
+    ('fedavg', 'examples'), ('slowmo', 'uniform'), ('fedavgm', 'uniform'),
+    ('fedadc', 'uniform'), ('fedadc_dm', 'uniform'), ('fedadc_plus', 'uniform'),
+    ('fedfor', 'uniform'), ('fedgkd', 'examples'), ('fedgkd_vote', 'examples'),
+    ('fedgkd_plus', 'examples'), ('igfl', 'uniform'), ('igfl_c', 'uniform'),
+    ('igfl_s', 'uniform'), ('scaffold', 'uniform'), ('feddyn', 'uniform'),
+    ('fedadam', 'uniform'), ('fedyogi', 'uniform'), ('fedadagrad', 'uniform'),
+    ('fedprox', 'examples'), ('fedntd', 'examples'), ('fedrs', 'examples'),
+    ('moon', 'examples'), ('fedcurv', 'examples'), ('fedcurv_stateless', 'examples'),
+    ('fedbn', 'examples')])
+def test_paper_weighting(algo, expected):
+  """--weighting=auto is each algorithm box's p_i, with its source; a flag overrides it."""
+  config = fedjax_drift.Config(algo=algo, weighting='auto')
+  assert fedjax_drift.algorithms.weighting(config) == expected
+  assert fedjax_drift.algorithms.weighting_source(config)
+  other = 'uniform' if expected == 'examples' else 'examples'
+  forced = fedjax_drift.Config(algo=algo, weighting=other)
+  assert fedjax_drift.algorithms.weighting(forced) == other
+  assert 'flag' in fedjax_drift.algorithms.weighting_source(forced)
+
+
+def test_every_recipe_states_its_weighting_source():
+  assert set(fedjax_drift.algorithms.RECIPES) == set(fedjax_drift.algorithms.NAMES)
+  for name, recipe in fedjax_drift.algorithms.RECIPES.items():
+    assert recipe.weighting_source, name
 
 
 # ------------------------------------------------------------- vmap equals sequential

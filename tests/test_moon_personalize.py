@@ -90,5 +90,25 @@ def test_calibration_trains_only_the_head_and_helps(tiny_npz, unequal_partition)
 def test_head_labels_with_projection():
   model = models.get('mlp', 3, (6,), projection_dim=4)
   labels = personalize.head_labels(model.init(jax.random.key(0)))
-  assert labels['base']['head']['kernel'] == 'train'
+  assert labels['classifier']['kernel'] == 'train'
   assert labels['projection_dense2']['kernel'] == 'freeze'
+  assert labels['base']['dense1']['kernel'] == 'freeze'
+
+
+@pytest.mark.parametrize('name', ['logreg', 'mlp', 'cnn_mnist'])
+def test_projection_head_sits_before_the_output_layer(name):
+  """MOON §3.2 / FedGKD+ (§5.1): logits = classifier(z), z = the projection of the base
+  features; the base's own output layer is skipped, so it has no parameters."""
+  shape = (6,) if name != 'cnn_mnist' else (28, 28, 1)
+  model = models.get(name, 3, shape, projection_dim=4)
+  params = model.init(jax.random.key(0))
+  assert set(params) - {'base'} == {'projection_dense1', 'projection_dense2', 'classifier'}
+  assert not {'head', 'dense'} & set(params.get('base', {}))  # logreg's base has no params
+  labels = personalize.head_labels(params)
+  assert [k for k in labels if 'train' in jax.tree.leaves(labels[k])] == ['classifier']
+  x = jax.random.normal(jax.random.key(1), (2,) + shape)
+  logits, z = model.features(params, x)
+  assert z.shape == (2, 4)
+  c = params['classifier']
+  np.testing.assert_allclose(logits, z @ c['kernel'] + c['bias'], rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(model.apply(params, x), logits, rtol=1e-6)

@@ -23,41 +23,89 @@ class Recipe(NamedTuple):
   parts: tuple = ()
   aggregator: str = 'mean'
   server: str = 'avg'          # avg, slowmo, fedadc, adam, yogi, adagrad
-  weighting: str = 'examples'  # the paper's p_i: examples (n_i / n) or uniform (1/K)
+  weighting: str = 'examples'  # the paper's p_i: examples (n_i / n) or uniform (1/|S|)
+  weighting_source: str = ''   # where the paper sets p_i
   summary: str = ''
+  projection: bool = False     # the model gets a projection head before its output layer
 
+
+_MCMAHAN = 'McMahan et al. 2017, FedAvg: n_k/n'
+# The baselines, as the papers that compare against them run them.
+_INHERITS = 'inherits FedAvg\'s n_k/n averaging'
+_REDDI = 'Reddi et al. 2021, Alg. 2: (1/|S|) sum'
 
 RECIPES = {
-    'fedavg': Recipe(summary='local SGD, weighted mean (McMahan et al.)'),
-    'slowmo': Recipe(server='slowmo', summary='server momentum --beta (SlowMo)'),
-    'fedavgm': Recipe(server='slowmo', summary='alias of slowmo'),
-    'fedadc': Recipe(('fedadc',), server='fedadc', summary='embedded server momentum'),
-    'fedadc_dm': Recipe(('fedadc',), server='fedadc', summary='FedADC + local double momentum'),
-    'fedadc_plus': Recipe(('fedadc', 'self_kd'), server='fedadc',
+    'fedavg': Recipe(weighting_source=_MCMAHAN,
+                     summary='local SGD, weighted mean (McMahan et al.)'),
+    'slowmo': Recipe(server='slowmo', weighting='uniform',
+                     weighting_source='FedADC paper (journal), Alg. 2 l.12',
+                     summary='server momentum --beta (SlowMo)'),
+    'fedavgm': Recipe(server='slowmo', weighting='uniform',
+                      weighting_source='FedADC paper (journal), Alg. 2 l.12',
+                      summary='alias of slowmo'),
+    'fedadc': Recipe(('fedadc',), server='fedadc', weighting='uniform',
+                     weighting_source='FedADC paper (journal), Alg. 3 l.16',
+                     summary='embedded server momentum'),
+    'fedadc_dm': Recipe(('fedadc',), server='fedadc', weighting='uniform',
+                        weighting_source='FedADC paper (journal), Alg. 4 (as Alg. 3 l.16)',
+                        summary='FedADC + local double momentum'),
+    'fedadc_plus': Recipe(('fedadc', 'self_kd'), server='fedadc', weighting='uniform',
+                          weighting_source='FedADC paper (journal), Alg. 3 l.16',
                           summary='FedADC + self-confidence distillation'),
-    'fedfor': Recipe(('for',), summary='rectified first-order term (--for_alpha)'),
-    'fedgkd': Recipe(('gkd',), summary='distillation from the buffered global models'),
-    'fedgkd_vote': Recipe(('gkd_vote',), summary='per-model distillation, validation-weighted'),
-    'igfl_c': Recipe(('igfl_c',), weighting='uniform', summary='group-aware local steps'),
-    'igfl_s': Recipe((), 'attention', weighting='uniform', summary='attention aggregation'),
-    'igfl': Recipe(('igfl_c',), 'attention', weighting='uniform', summary='IGFL-C + IGFL-S'),
-    'fedprox': Recipe(('prox',), summary='proximal term (--prox_mu)'),
-    'scaffold': Recipe(('scaffold',), weighting='uniform', summary='control variates, option II'),
-    'feddyn': Recipe(('dyn',), weighting='uniform', summary='dynamic regularisation'),
-    'fedcurv': Recipe(('curv',), summary='EWC penalty with client Fishers'),
-    'fedntd': Recipe(('ntd',), summary='not-true distillation'),
-    'fedrs': Recipe(('rs',), summary='restricted softmax'),
-    'moon': Recipe(('moon',), summary='model-contrastive term on a projection head'),
-    'fedbn': Recipe(('fedbn',), summary='BatchNorm layers stay local (use a *_bn model)'),
-    'fedadam': Recipe(server='adam', weighting='uniform', summary='adaptive server (Adam)'),
-    'fedyogi': Recipe(server='yogi', weighting='uniform', summary='adaptive server (Yogi)'),
-    'fedadagrad': Recipe(server='adagrad', weighting='uniform',
+    'fedfor': Recipe(('for',), weighting='uniform',
+                     weighting_source='FedFOR paper, Alg. 1: W^t = (1/K) sum_k W_k^t',
+                     summary='rectified first-order term (--for_alpha, --for_scale)'),
+    'fedgkd': Recipe(('gkd',), weighting_source='FedGKD paper, Alg. 1 l.14',
+                     summary='distillation from the buffered global models'),
+    'fedgkd_vote': Recipe(('gkd_vote',), weighting_source='FedGKD paper, Alg. 1 l.14',
+                          summary='per-model distillation, validation-weighted'),
+    'fedgkd_plus': Recipe(('gkd',), weighting_source='FedGKD paper, Alg. 1 l.14',
+                          summary='FedGKD with a projection head before the output layer '
+                          '(FedGKD paper, §5.1 "FedGKD+")', projection=True),
+    'igfl_c': Recipe(('igfl_c',), weighting='uniform',
+                     weighting_source='IGFL paper, Alg. 3 l.1, l.7',
+                     summary='group-aware local steps'),
+    'igfl_s': Recipe((), 'attention', weighting='uniform',
+                     weighting_source='IGFL paper, Alg. 3 l.1, l.7 (attention: §4)',
+                     summary='attention aggregation'),
+    'igfl': Recipe(('igfl_c',), 'attention', weighting='uniform',
+                   weighting_source='IGFL paper, Alg. 3 l.1, l.7 (attention: §4)',
+                   summary='IGFL-C + IGFL-S'),
+    'fedprox': Recipe(('prox',),
+                      weighting_source=_INHERITS + ' (Li et al. 2020 sample by n_k and '
+                      'average 1/K: the same in expectation)',
+                      summary='proximal term (--prox_mu)'),
+    'scaffold': Recipe(('scaffold',), weighting='uniform',
+                       weighting_source='Karimireddy et al. 2020, Alg. 1: (1/|S|) sum',
+                       summary='control variates, option II'),
+    'feddyn': Recipe(('dyn',), weighting='uniform',
+                     weighting_source='Acar et al. 2021, Alg. 1: (1/|P_t|) sum',
+                     summary='dynamic regularisation'),
+    'fedcurv': Recipe(('curv',), weighting_source=_INHERITS,
+                      summary='EWC penalty with client Fishers'),
+    'fedcurv_stateless': Recipe(('curv_stateless',),
+                                weighting_source=_INHERITS,
+                                summary='EWC penalty with the previous cohort\'s Fishers '
+                                '(FedFOR paper, eq. 9, Table 2)'),
+    'fedntd': Recipe(('ntd',), weighting_source=_INHERITS,
+                     summary='not-true distillation'),
+    'fedrs': Recipe(('rs',), weighting_source=_INHERITS,
+                    summary='restricted softmax'),
+    'moon': Recipe(('moon',), weighting_source='Li et al. 2021 (MOON), Alg. 1: |D^i|/|D|',
+                   summary='model-contrastive term on a projection head', projection=True),
+    'fedbn': Recipe(('fedbn',), weighting_source=_INHERITS,
+                    summary='BatchNorm layers stay local (use a *_bn model)'),
+    'fedadam': Recipe(server='adam', weighting='uniform', weighting_source=_REDDI,
+                      summary='adaptive server (Adam)'),
+    'fedyogi': Recipe(server='yogi', weighting='uniform', weighting_source=_REDDI,
+                      summary='adaptive server (Yogi)'),
+    'fedadagrad': Recipe(server='adagrad', weighting='uniform', weighting_source=_REDDI,
                          summary='adaptive server (Adagrad)'),
 }
 NAMES = tuple(RECIPES)
 LOCAL_TERMS = ('fedadc', 'self_kd', 'for', 'gkd', 'gkd_vote', 'igfl_c', 'prox', 'scaffold',
-               'dyn', 'curv', 'ntd', 'rs', 'moon', 'fedbn')
-AGGREGATORS = ('mean', 'attention_self', 'attention_global', 'attention_time')
+               'dyn', 'curv', 'curv_stateless', 'ntd', 'rs', 'moon', 'fedbn')
+AGGREGATORS = ('mean',) + tuple(f'attention_{kind}' for kind in igfl.ATTENTIONS)
 SERVER_OPTIMIZERS = ('avg', 'slowmo', 'adam', 'yogi', 'adagrad')
 
 
@@ -109,9 +157,17 @@ def weighting(config) -> str:
   return recipe(config).weighting if config.weighting == 'auto' else config.weighting
 
 
+def weighting_source(config) -> str:
+  """Where the weighting of `weighting(config)` comes from, for the run summary."""
+  if config.weighting != 'auto':
+    return f'--weighting={config.weighting} (set by flag)'
+  return RECIPES[config.algo].weighting_source if config.algo in RECIPES else ''
+
+
 def projection_dim(config):
-  """MOON's projection head width, or 0 when no part needs one."""
-  return config.moon_projection_dim if 'moon' in recipe(config).parts else 0
+  """The projection head width (MOON, FedGKD+), or 0 when the recipe has none."""
+  r = recipe(config)
+  return config.moon_projection_dim if r.projection or 'moon' in r.parts else 0
 
 
 def needs_validation(config):
@@ -131,7 +187,7 @@ def _part(name, c, model, server_data, parts):
   if name == 'self_kd':
     return fedadc.self_confidence_kd(c.kd_lambda, c.kd_temperature)
   if name == 'for':
-    return fedfor.rectified_term(c.for_alpha)
+    return fedfor.rectified_term(c.for_alpha, c.for_scale)
   if name == 'gkd':
     return fedgkd.ensemble_distillation(c.gkd_gamma, c.gkd_buffer, c.kd_temperature)
   if name == 'gkd_vote':
@@ -149,6 +205,8 @@ def _part(name, c, model, server_data, parts):
     return feddyn.dynamic_regularizer(c.dyn_alpha)
   if name == 'curv':
     return fedcurv.ewc_penalty(c.curv_lambda)
+  if name == 'curv_stateless':
+    return fedcurv.stateless_ewc_penalty(c.curv_lambda)
   if name == 'ntd':
     return fedntd.not_true_distillation(c.ntd_beta, c.ntd_temperature)
   if name == 'rs':

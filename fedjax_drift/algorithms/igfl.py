@@ -12,18 +12,28 @@ participates) and Delta_w_ps = w_ps^r - w_ps^{r-1} (server state). As a gradient
 the local SGD step w <- w - eta g':
     g' = (1 + 1/K) g + (Delta_w_i / (K T) - Delta_w_ps / T) / eta.
 
-IGFL-S: alpha_ij = softmax_j(<q_i, Delta_w_j> / temperature), Delta_w_hat_i = sum_j alpha_ij Delta_w_j,
-w_ps <- w_ps + (1/K) sum_i Delta_w_hat_i, with q_i = Delta_w_i (self), the plain mean update
-(global), or client i's previous update (time; a zero query gives a uniform row). The softmax
-subtracts its max, and infinite scores are clipped to the float range, so huge dot products
-stay finite.
+IGFL-S (eq. 11, Algorithm 3): alpha_ij = softmax_j(psi(q_i, Delta_w_j) / temperature),
+Delta_w_hat_i = sum_j alpha_ij Delta_w_j, w_ps <- w_ps + (1/K) sum_i Delta_w_hat_i, with
+  self (§4.1):   q_i = Delta_w_i;
+  global (§4.2): one query, the plain mean update, so w_ps <- w_ps + sum_j alpha_j Delta_w_j;
+  time (§4.3):   alpha_j = exp psi(Delta_w_j^prev, Delta_w_j) / sum_tau exp psi(Delta_w_j^prev,
+                 Delta_w_tau) and w_ps <- w_ps + sum_j alpha_j Delta_w_j: client j's weight is the
+                 diagonal entry of the softmax whose query is j's own previous update. As printed,
+                 the alpha_j are not normalised: their sum lies in (0, K] (recorded each round as
+                 the metric `attention_weight_sum`). A client seen for the first time has a zero
+                 query, a uniform row, so alpha_j = 1/K;
+  time_rows:     the other reading of Algorithm 3's option III (q_i = client i's previous
+                 update, then the rows averaged): (1/K) sum_i softmax_j psi(Delta_w_i^prev,
+                 Delta_w_j). Weights sum to 1. Not the paper's default.
+psi is the dot product (the paper's) or cosine similarity. The softmax subtracts its max and
+infinite scores are clipped to the float range, so huge dot products stay finite.
 """
 import jax
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part
 
-ATTENTIONS = ('self', 'global', 'time')
+ATTENTIONS = ('self', 'global', 'time', 'time_rows')
 
 
 def _zeros_like(params):
@@ -85,32 +95,48 @@ def attention_weights(queries, keys, similarity='dot', temperature=1.0):
   return jax.nn.softmax(scores, axis=1)
 
 
+def mixing_weights(kind, values, previous, similarity='dot', temperature=1.0):
+  """[K] weights a_j of the pseudo-update sum_j a_j Delta_w_j, for attention `kind`.
+
+  values: [K, P] this round's updates Delta_w_j (paper sign); previous: [K, P] each client's
+  previous update (zeros if none), read by the time attentions only.
+  """
+  if kind == 'self':
+    return jnp.mean(attention_weights(values, values, similarity, temperature), axis=0)
+  if kind == 'global':
+    query = jnp.mean(values, axis=0, keepdims=True)
+    return attention_weights(query, values, similarity, temperature)[0]
+  scores = attention_weights(previous, values, similarity, temperature)  # [K, K], row j: q_j
+  if kind == 'time':
+    return jnp.diagonal(scores)  # §4.3: alpha_j = softmax_tau(psi(q_j, Delta_w_tau))[j]
+  return jnp.mean(scores, axis=0)  # time_rows
+
+
 def attention(kind='self', similarity='dot', temperature=1.0, previous_update_key=None):
   """IGFL-S as a Part with an aggregator; time attention keeps previous updates per client.
 
   previous_update_key: the part whose per-client state already holds each client's previous
   update in the paper's sign (IGFL-C's 'igfl_c'); if None, this part keeps its own copy.
+  The server buffer holds the last round's sum of weights (`attention_weight_sum`).
   """
   if kind not in ATTENTIONS:
     raise ValueError(f'attention kind must be one of {ATTENTIONS}, got {kind}')
   name = f'attention_{kind}'
-  own_state = kind == 'time' and previous_update_key is None
+  uses_previous = kind.startswith('time')
+  own_state = uses_previous and previous_update_key is None
   state_key = name if own_state else previous_update_key
 
   def aggregate(deltas, weights, cohort, buffer):
-    del weights, buffer  # IGFL averages with 1/K whatever the weighting
+    del weights, buffer  # IGFL weighs by attention, whatever --weighting says
     values = -_flatten(deltas)  # Delta_w_j, paper sign
-    if kind == 'self':
-      queries = values
-    elif kind == 'global':
-      queries = jnp.mean(values, axis=0, keepdims=True)
-    else:
-      queries = _flatten(cohort.old_states[state_key])
-    alpha = attention_weights(queries, values, similarity, temperature)  # [Q, K]
-    mixing = jnp.mean(alpha, axis=0) if kind != 'global' else alpha[0]  # (1/K) sum_i alpha_ij
-    return jax.tree.map(lambda d: jnp.tensordot(mixing, d, axes=1), deltas)
+    previous = _flatten(cohort.old_states[state_key]) if uses_previous else None
+    mixing = mixing_weights(kind, values, previous, similarity, temperature)
+    pseudo_gradient = jax.tree.map(lambda d: jnp.tensordot(mixing, d, axes=1), deltas)
+    return pseudo_gradient, {'weight_sum': jnp.sum(mixing)}
 
-  return Part(name, aggregate=aggregate,
+  return Part(name, init=lambda params: {'weight_sum': jnp.ones((), jnp.float32)},
+              aggregate=aggregate,
+              diagnostics=lambda buffer: {'attention_weight_sum': buffer['weight_sum']},
               init_client=_zeros_like if own_state else None,
               client_final=(lambda ctx, delta: jax.tree.map(jnp.negative, delta))
               if own_state else None)

@@ -9,6 +9,7 @@ and an optax server optimizer; `compose` wires them into the engine's `Federated
            g = grad objective(lookahead(theta));  g <- part.correct(g) for each part
            theta <- theta + local_optimizer(g)                     for H_i steps
            delta = theta_t - theta;   client state <- part.client_final(ctx, delta)
+           upload <- part.client_upload(ctx, delta)               (read this round, not kept)
   server:  pseudo_gradient = aggregator(deltas, weights)           (default: sum p_i delta_i)
            theta <- theta + server_optimizer(pseudo_gradient)
            (theta, buffer) <- part.server_update(...)              for each part, in order
@@ -54,10 +55,13 @@ class Part(NamedTuple):
   loss(params, logits, batch, ctx) -> scalar added to the local objective
   logits(logits, batch, ctx) -> logits used by the task loss (FedRS)
   correct(grads, ctx) -> grads             lookahead(params, ctx) -> gradient point
-  aggregate(deltas, weights, cohort, buffer) -> pseudo-gradient (at most one part)
+  aggregate(deltas, weights, cohort, buffer) -> (pseudo-gradient, buffer)  (at most one part)
   server_update(params, buffer, sctx) -> (params, buffer)
   start(ctx) -> params where local training starts (default theta_t; FedBN's local norms)
   upload(params) -> extra floats a client sends (beyond its delta)
+  client_upload(ctx, delta) -> pytree the server reads this round as cohort.uploads[name]
+    ([K, ...]) and nobody keeps (stateless FedCurv's Fisher)
+  diagnostics(buffer) -> {name: float32 scalar} merged into the round's metrics
   needs_client_deltas: server_update reads cohort.deltas, the [K, ...] stack (aggregators
     always get it); otherwise the engine streams the aggregation and keeps only the mean
   """
@@ -73,7 +77,9 @@ class Part(NamedTuple):
   aggregate: Optional[Callable] = None
   server_update: Optional[Callable] = None
   upload: Optional[Callable] = None
+  client_upload: Optional[Callable] = None
   start: Optional[Callable] = None
+  diagnostics: Optional[Callable] = None
   needs_client_deltas: bool = False
 
 
@@ -146,17 +152,21 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
                               lookahead, correct if has_correction else None)
     delta = jax.tree.map(jnp.subtract, ctx.global_params, theta)
     new_state = {p.name: p.client_final(ctx, delta) for p in parts if p.client_final}
-    return ClientResult(delta, {**ctx.state, **new_state}, loss)
+    upload = {p.name: p.client_upload(ctx, delta) for p in parts if p.client_upload}
+    return ClientResult(delta, {**ctx.state, **new_state}, loss, upload if upload else ())
 
   def server_update(params, server, cohort):
+    new_server = dict(server)
     if aggregators:
       agg = aggregators[0]
-      pseudo_gradient = agg.aggregate(cohort.deltas, cohort.weights, cohort, server.get(agg.name))
+      pseudo_gradient, buffer = agg.aggregate(cohort.deltas, cohort.weights, cohort,
+                                              server.get(agg.name))
+      if agg.init:
+        new_server[agg.name] = buffer
     else:
       pseudo_gradient = cohort.mean_delta
-    updates, opt_state = server_optimizer.update(pseudo_gradient, server['opt'], params)
+    updates, new_server['opt'] = server_optimizer.update(pseudo_gradient, server['opt'], params)
     new_params = optax.apply_updates(params, updates)
-    new_server = dict(server, opt=opt_state)
     sctx = ServerContext(params, pseudo_gradient, cohort, lr, apply_fn)
     for p in parts:
       if p.server_update:
@@ -169,7 +179,14 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
     up = tree_size(params) + sum(p.upload(params) for p in parts if p.upload)
     return {'down': tree_size(params) + tree_size(payload), 'up': up}
 
+  def diagnostics(server):
+    out = {}
+    for p in parts:
+      if p.diagnostics:
+        out.update(p.diagnostics(server[p.name]))
+    return out
+
   needs_deltas = bool(aggregators) or any(p.needs_client_deltas for p in parts)
   return FederatedAlgorithm(name, init, init_client, broadcast, client_update, server_update,
-                            communication, needs_deltas)
+                            communication, needs_deltas, diagnostics)
 
