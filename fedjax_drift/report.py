@@ -94,11 +94,15 @@ def _save(fig, path):
   atomic_write(path, buf.getvalue())
 
 
-def plot_accuracy(path, rounds, accuracies, best, title):
+def plot_accuracy(path, rounds, accuracies, best, title, marks=()):
+  """Accuracy and best-so-far curves; `marks`: rounds to draw as vertical lines (the rounds
+  at whose start a concept shift happened)."""
   plt = _figure()
   fig, ax = plt.subplots(figsize=(6, 4))
   ax.plot(rounds, accuracies, label='test accuracy')
   ax.plot(rounds, best, '--', label='best so far')
+  for i, r in enumerate(marks):
+    ax.axvline(r, color='tab:red', alpha=0.4, lw=0.8, label='concept shift' if i == 0 else None)
   ax.set_xlabel('round')
   ax.set_ylabel('global-model test accuracy')
   ax.set_title(title)

@@ -12,30 +12,28 @@ from fedjax_drift.data import federated, scenarios
 from helpers import tiny_config
 
 
-def test_concept_shift_remaps_to_another_label():
+def test_concept_shift_moves_one_class_to_another_label():
+  """The rate and statistics over long runs are in test_concept_shift.py."""
   scen = scenarios.concept_shift(10, prob=1.0)
   label_map = scen.init(None)
   np.testing.assert_array_equal(label_map, np.arange(10))
-  moved = scen.before_round(label_map, jax.random.key(0))
-  assert np.all(np.asarray(moved) != np.arange(10)) and np.all((0 <= moved) & (moved < 10))
+  moved = np.asarray(scen.before_round(label_map, jax.random.key(0)))
+  assert np.sum(moved != np.arange(10)) == 1 and np.all((0 <= moved) & (moved < 10))
   still = scenarios.concept_shift(10, prob=0.0).before_round(moved, jax.random.key(1))
   np.testing.assert_array_equal(still, moved)  # permanent: nothing moves back by itself
-  rates = [np.mean(np.asarray(scenarios.concept_shift(10, 0.3).before_round(
-      jnp.arange(10), jax.random.key(s))) != np.arange(10)) for s in range(200)]
-  assert abs(np.mean(rates) - 0.3) < 0.03
 
 
 def test_concept_shift_train_and_test_labels_follow_the_map(tiny_npz, unequal_partition,
                                                             tmp_path):
   config = tiny_config(tiny_npz, unequal_partition, scenario='concept_shift',
-                       concept_shift_prob=0.5, rounds=3, out=str(tmp_path / 'r'),
+                       concept_shift_prob=1.0, rounds=3, out=str(tmp_path / 'r'),
                        save_params=str(tmp_path / 'p.npz'))
   exp = fedjax_drift.prepare(config)
   state = exp.state
   step = jax.jit(exp.round_fn)
   for _ in range(3):
     state = step(state, exp.data)[0]
-  label_map = np.asarray(state.scenario)
+  label_map = np.asarray(state.scenario).reshape(-1, 3)[0]  # run 0 of the run axis
   assert np.any(label_map != np.arange(3))
   # Training batches see y -> label_map[y].
   row = exp.data.client_index[0]

@@ -7,12 +7,15 @@ its state lives in ServerState.scenario and is checkpointed with everything else
   before_round(state, key) -> state            e.g. concept shift's label remapping
   relabel(state, y) -> y                       labels as the current concept defines them
   fresh_cohort(data, key, K) -> (rows, counts) stateless clients drawn anew every round, or None
+  diagnostics(state_before, state_after) -> {name: int32 scalar} for the round's metrics
 
 Scenarios:
   static             the partition's clients, labels as given
-  concept_shift      before each round, each class is remapped, globally and permanently,
-                     with probability p to another label (FedFOR, concept shift); train and
-                     test labels follow the same map
+  concept_shift      FedFOR §4.4: at the start of each round, with probability p (5% in the
+                     paper), one class chosen uniformly gets a new label drawn uniformly from
+                     the other C - 1 labels, for all clients, permanently (until that class
+                     is changed again); train and test labels follow the same map. Its
+                     diagnostics name the round's shift: shift_class, shift_label (-1: none)
   longtail_stateless every selected client is a fresh sample: each training example is kept
                      with probability fraction * ratio^(rank_c / (C - 1)), with a random class
                      ranking per client (FedFOR's Imbalanced CIFAR-10 prior shift: 10% of the
@@ -36,6 +39,7 @@ class Scenario(NamedTuple):
   relabel: Callable
   fresh_cohort: Optional[Callable] = None
   max_examples: int = 0  # static row width of fresh clients
+  diagnostics: Callable = lambda before, after: {}
 
 
 def static():
@@ -44,17 +48,25 @@ def static():
 
 
 def concept_shift(num_classes, prob):
-  """label_map[c] is class c's current label; each round each class moves with prob p."""
+  """FedFOR §4.4; the state label_map[c] is class c's current label."""
 
   def before_round(label_map, key):
-    k_move, k_to = jax.random.split(key)
-    move = jax.random.uniform(k_move, (num_classes,)) < prob
-    # "Another label": uniform over the C - 1 labels other than the current one.
-    offset = jax.random.randint(k_to, (num_classes,), 1, num_classes)
-    return jnp.where(move, (label_map + offset) % num_classes, label_map)
+    label_map = jnp.asarray(label_map)
+    k_shift, k_class, k_to = jax.random.split(key, 3)
+    shift = jax.random.uniform(k_shift) < prob
+    c = jax.random.randint(k_class, (), 0, num_classes)
+    # "changed to a different one": uniform over the C - 1 labels other than its current one.
+    new_label = (label_map[c] + jax.random.randint(k_to, (), 1, num_classes)) % num_classes
+    return jnp.where(shift, label_map.at[c].set(new_label), label_map)
+
+  def diagnostics(before, after):
+    changed = before != after
+    c = jnp.where(jnp.any(changed), jnp.argmax(changed), -1).astype(jnp.int32)
+    return {'shift_class': c, 'shift_label': jnp.where(c >= 0, after[c], -1).astype(jnp.int32)}
 
   return Scenario('concept_shift', init=lambda key: jnp.arange(num_classes, dtype=jnp.int32),
-                  before_round=before_round, relabel=lambda label_map, y: label_map[y])
+                  before_round=before_round, relabel=lambda label_map, y: label_map[y],
+                  diagnostics=diagnostics)
 
 
 def longtail_stateless(y_train, num_classes, fraction=0.1, ratio=0.01):
