@@ -1,0 +1,156 @@
+"""experiments/presets.py: every preset is each paper's own set-up, cited; short mode cuts only
+what it says; a missing dataset is one line; one short preset runs end to end (slow)."""
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fedjax_drift
+from fedjax_drift import algorithms
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, 'experiments'))
+import presets  # noqa: E402
+
+# Fields short mode may change: the cut itself, and the grid collapsed to one point.
+CUT = {'rounds', 'seeds', 'grid', 'eval_every'}
+
+
+def _by(name, mode):
+  return {(s, m): c for s, m, c in presets.configs(name, mode)}
+
+
+@pytest.mark.parametrize('name', sorted(presets.PRESETS))
+@pytest.mark.parametrize('mode', ['full', 'short'])
+def test_every_config_validates_and_builds_its_algorithm(name, mode):
+  todo = presets.configs(name, mode)
+  assert todo
+  for _, _, config in todo:
+    algorithms.recipe(config)  # validates the algorithm's flags too
+
+
+@pytest.mark.parametrize('name', sorted(presets.PRESETS))
+def test_every_value_has_a_source(name):
+  preset = presets.PRESETS[name]
+  items = list(preset['setting'].values()) + [preset['seeds']] + list(preset['grid'].values())
+  items += [x for scen in preset['scenarios'].values() for x in scen.values()]
+  items += [x for m in preset['methods'].values()
+            for x in list(m.get('set', {}).values()) + list(m.get('grid', {}).values())]
+  assert all(isinstance(src, str) and len(src) > 3 for _, src in items)
+
+
+@pytest.mark.parametrize('name', sorted(presets.PRESETS))
+def test_short_mode_keeps_model_data_and_hyperparameters(name):
+  full, short = _by(name, 'full'), _by(name, 'short')
+  assert set(short) <= set(full)
+  grid_fields = set()
+  for key, c in short.items():
+    f = full[key]
+    grid_fields |= set(presets.parse_grid(f.grid))
+    diff = {k for k in dataclasses.asdict(c) if getattr(c, k) != getattr(f, k)}
+    assert diff <= CUT | grid_fields, (key, diff - CUT)
+    for k in diff & grid_fields:  # a grid collapses to one of the paper's own values
+      assert getattr(c, k) in presets.parse_grid(f.grid)[k]
+    assert c.rounds <= f.rounds and c.seeds <= f.seeds
+  cuts = presets.cuts(name, 'short')
+  assert any(x.startswith('rounds:') for x in cuts) and any(x.startswith('seeds:') for x in cuts)
+
+
+def test_fedadc_uses_the_papers_cohorts_and_weight_decay():
+  fig1 = _by('fedadc_shards', 'full')
+  for c in fig1.values():
+    assert (c.num_clients, c.clients_per_round, c.local_steps, c.batch_size) == (100, 20, 8, 64)
+    assert c.weight_decay == 4e-4 and c.rounds == 500 and c.seeds == 10
+  table = _by('fedadc_table', 'full')
+  for (scen, method), c in table.items():
+    assert c.num_clients == 100 and c.clients_per_round == {'C=0.1': 10, 'C=0.2': 20}[scen]
+    assert (c.local_epochs, c.batch_size, c.rounds, c.seeds) == (2, 50, 500, 4)
+  c = table['C=0.2', 'fedadc']
+  assert c.weight_decay == 5e-5 and presets.parse_grid(c.grid)['lr'] == [0.1, 0.05, 0.03]
+  c = table['C=0.2', 'moon']
+  assert (c.lr, c.weight_decay, c.moon_temperature) == (0.01, 1e-5, 0.5)
+  assert presets.parse_grid(c.grid) == {'moon_mu': [1.0, 5.0]}
+  c = table['C=0.2', 'fedgkd']
+  assert (c.kd_temperature, c.gkd_gamma, c.local_momentum) == (0.5, 0.2, 0.9)
+  assert table['C=0.2', 'fedntd'].local_momentum == 0.9
+  assert table['C=0.2', 'fedrs'].local_momentum == 0.9
+  assert table['C=0.2', 'fedprox'].local_momentum == 0.0
+  assert table['C=0.2', 'feddyn'].weight_decay == 1e-3
+  assert table['C=0.2', 'fedadc+'].kd_lambda == 0.35
+  assert presets.parse_grid(table['C=0.2', 'fedavg'].grid)['weight_decay'] == \
+      [0.0, 1e-5, 5e-5, 1e-4]
+
+
+def test_fedfor_is_resnet20_bn_on_imbalanced_cifar10():
+  budget = {'E=1': 200, 'E=2': 200, 'E=4': 100, 'E=8': 100, 'E=16': 50}
+  for (scen, _), c in _by('fedfor_epochs', 'full').items():
+    assert (c.model, c.dataset, c.scenario) == ('resnet20_bn', 'cifar10', 'longtail_stateless')
+    assert (c.batch_size, c.lr, c.local_momentum, c.weight_decay) == (128, 0.01, 0.0, 0.0)
+    assert (c.imbalance_ratio, c.client_fraction, c.seeds) == (0.01, 0.1, 3)
+    assert c.rounds == budget[scen] and c.local_epochs == int(scen[2:])
+    if c.algo == 'fedfor':
+      assert c.for_alpha == 5.0
+
+
+def test_fedgkd_is_resnet8_gn16_at_section_5_1():
+  scen = set()
+  for (s, _), c in _by('fedgkd_dirichlet', 'full').items():
+    scen.add(c.dirichlet_alpha)
+    assert (c.model, c.num_clients, c.clients_per_round, c.rounds) == ('resnet8', 20, 4, 100)
+    assert (c.local_epochs, c.batch_size, c.lr, c.local_momentum, c.weight_decay) == \
+        (20, 64, 0.05, 0.9, 1e-5)
+  assert scen == {1.0, 0.5, 0.1}
+
+
+def test_igfl_is_mcmahans_cifar_cnn_at_section_5_1():
+  seen = set()
+  for (s, m), c in _by('igfl', 'full').items():
+    assert (c.model, c.dataset, c.batch_size) == ('cnn_mcmahan_cifar', 'cifar10', 100)
+    seen.add((c.local_epochs, c.clients_per_round / c.num_clients))
+    lrs = presets.parse_grid(c.grid)['lr']
+    assert lrs == [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
+    if m == 'fedavgm':
+      assert (c.algo, c.beta, c.server_lr) == ('slowmo', 0.9, 1.0)
+  assert seen == {(1, 1.0), (5, 1.0), (1, 0.1), (5, 0.1)}
+
+
+def test_doc_is_current_and_self_contained():
+  with open(presets.DOC) as f:
+    assert f.read() == presets.document(), 'run: python experiments/presets.py all --write_doc'
+  for path in (presets.DOC, presets.__file__):
+    with open(path) as f:
+      assert '../shared' not in f.read()
+
+
+def test_run_metrics_as_the_papers_report_them():
+  curve = [(0, 0.1)] + [(t, t / 100) for t in range(10, 101, 10)]
+  m = presets.run_metrics(curve, 100, 0.55)
+  assert m['final'] == 1.0 and m['best'] == 1.0 and m['best_half'] == 0.5
+  assert m['last10'] == 1.0 and m['rounds_to_target'] == 60
+
+
+def test_missing_dataset_is_one_line(tmp_path):
+  env = dict(os.environ, FEDJAX_DRIFT_CACHE=str(tmp_path))
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, 'experiments', 'presets.py'),
+                         'igfl', '--mode=short'], env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 2
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and 'cifar10' in lines[0] and 'import' in lines[0], proc.stderr
+
+
+@pytest.mark.slow
+def test_short_igfl_runs_one_round_on_the_embedded_data(tmp_path):
+  results = presets.run_preset('igfl', 'short', dataset='embedded', rounds=1,
+                               out_root=str(tmp_path), only=('fedavg', 'igfl'),
+                               log=lambda *_: None)
+  assert set(results['scenarios']) == {'cross-silo E=1', 'cross-device rho=0.1 E=1'}
+  for rows in results['scenarios'].values():
+    assert [r['method'] for r in rows] == ['fedavg', 'igfl']
+    for r in rows:
+      assert 0.0 <= r['final']['mean'] <= 1.0
+      assert r['config']['model'] == 'cnn_mcmahan_cifar' and r['config']['rounds'] == 1
+  table = open(tmp_path / 'table.md').read()
+  assert 'Mode `short`' in table and 'dataset embedded instead' in table
