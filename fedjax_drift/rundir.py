@@ -143,6 +143,12 @@ def read_run_config(run_dir) -> dict:
   return saved
 
 
+def read_json(path):
+  """The JSON object in `path` (a file this tool wrote)."""
+  with open(path) as f:
+    return json.load(f)
+
+
 def enclosing_run(path):
   """The nearest proper ancestor of `path` that is a run directory of this tool, or None."""
   here = os.path.dirname(os.path.abspath(path))

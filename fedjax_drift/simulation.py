@@ -14,9 +14,7 @@ Run directory (the same layout for one run and for many):
   accuracy.png, drift.png, partition.png, checkpoints/, personalization.csv (calibrate)
 """
 import dataclasses
-import json
 import os
-import shutil
 import sys
 import time
 from typing import Any, NamedTuple
@@ -25,7 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import algorithms, engine, metrics, models, personalize, report
+from fedjax_drift import (algorithms, engine, inputs, interrupts, metrics, models, personalize,
+                          report, rundir)
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -46,7 +45,7 @@ class Compiled(NamedTuple):
 class Output(NamedTuple):
   run_dir: str
   checkpointer: Any
-  resuming: bool
+  restored: Any           # (state, history) of the checkpoint resumed from, or None
 
 
 def run(config: Config, log=print) -> dict:
@@ -56,35 +55,52 @@ def run(config: Config, log=print) -> dict:
   in config.out from their latest checkpoint. Raises DivergenceError when every run diverged.
   """
   t0 = time.perf_counter()
+  config = inputs.absolutize(config)  # stored absolute: a resume elsewhere reads the same files
   runs = plan(config)
   run_dir = _check_outputs(config)
-  log(f'fedjax-drift: {config.algo}, {len(runs)} run(s): loading data and compiling...')
-  study = build(config, runs)
-  compiled = _compile(study)
-  out = _open_run_dir(study, run_dir, log)
-  _log_header(study, compiled, run_dir, log)
-  state, history, train_s = _loop(study, compiled, out, log)
-  return _finish(study, compiled, out, state, history, train_s,
-                 time.perf_counter() - t0, log)
+  try:
+    with rundir.claimed(run_dir):  # one writer, from before loading the data to the end
+      log(f'fedjax-drift: {config.algo}, {len(runs)} run(s): loading data and compiling...')
+      study = build(config, runs)
+      with interrupts.deferred():  # Ctrl-C while XLA compiles can crash the process
+        compiled = _compile(study)
+      out = _open_run_dir(study, run_dir, log)
+      if _finished(out, config):
+        return _already_finished(study, out, log)
+      _log_header(study, compiled, run_dir, log)
+      state, history, train_s = _loop(study, compiled, out, log)
+      with interrupts.deferred():  # the result files are written whole or not at all
+        return _finish(study, compiled, out, state, history, train_s,
+                       time.perf_counter() - t0, log)
+  except KeyboardInterrupt:
+    has_checkpoint = bool(Checkpointer(run_dir).rounds())
+    raise interrupts.Interrupted(interrupts.message(run_dir, has_checkpoint)) from None
 
 
 def _check_outputs(config):
-  """The run directory and --save_params can be written; checked before any work."""
-  run_dir = config.run_dir(time.strftime('%Y%m%d-%H%M%S'))
-  if os.path.exists(run_dir) and not os.path.isdir(run_dir):
-    raise UserError(f'--out={run_dir} is a file, not a directory')
-  if config.save_params:
-    existing = os.path.dirname(os.path.abspath(config.save_params))
-    while not os.path.exists(existing):
-      existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK):
-      raise UserError(f'--save_params={config.save_params}: cannot write under {existing}')
+  """Every check on --out and --save_params that can fail, before any work; writes nothing.
+  Returns the run directory (absolute)."""
+  run_dir = os.path.abspath(config.run_dir(time.strftime('%Y%m%d-%H%M%S')))
+  files = _input_paths(config)
+  rundir.check_out(run_dir, config.resume, config.overwrite, files, config.save_params)
+  rundir.check_save_params(config.save_params, run_dir, files)
   if config.resume:
-    if not os.path.exists(os.path.join(run_dir, 'config.json')):
-      raise UserError(f'--resume: {run_dir} holds no run (no config.json)')
-  elif os.path.exists(run_dir) and os.listdir(run_dir) and not config.overwrite:
-    raise UserError(f'--out={run_dir} already exists; pass --overwrite to replace it')
+    _check_resumable(config, run_dir)
   return run_dir
+
+
+def _input_paths(config):
+  return [path for _, path in inputs.input_files(config)]
+
+
+def _check_resumable(config, run_dir):
+  """--resume continues only this tool's run, on unchanged inputs, to a later round."""
+  saved = rundir.read_run_config(run_dir)
+  inputs.check_unchanged(saved['_resolved'].get('inputs', {}), run_dir)
+  latest = Checkpointer(run_dir).latest_round()
+  if latest is not None and config.rounds < latest:
+    raise UserError(f'--resume: --rounds={config.rounds} is below round {latest}, where '
+                    f'{run_dir} is checkpointed; pass --rounds={latest} or more')
 
 
 def _compile(study: Study) -> Compiled:
@@ -119,21 +135,46 @@ def _make_evaluator(study):
 
 
 def _open_run_dir(study, run_dir, log) -> Output:
+  """Restores the checkpoint (resume) or clears what --overwrite allows, then writes
+  config.json. A resume that fails to restore has written nothing."""
   cfg = study.config
-  if not cfg.resume and os.path.exists(run_dir) and cfg.overwrite:
-    shutil.rmtree(run_dir)
-  os.makedirs(run_dir, exist_ok=True)
   checkpointer = Checkpointer(run_dir, cfg.keep_checkpoints)
-  resuming = cfg.resume and checkpointer.latest_round() is not None
-  if cfg.resume and not resuming:
+  restored = None
+  if cfg.resume and checkpointer.rounds():
+    restored = checkpointer.restore(study.state, log)
+  elif cfg.resume:
     log(f'{run_dir} has no checkpoint yet: starting it from round 0')
+  elif rundir.overwrite_mode(cfg.overwrite):
+    rundir.clear(run_dir, rundir.overwrite_mode(cfg.overwrite), _input_paths(cfg),
+                 rundir.own_extra(run_dir, cfg.save_params))
+  rundir.remove_temporaries(run_dir)  # a killed run's; we hold the lock
+  if _finished(Output(run_dir, checkpointer, restored), cfg):
+    return Output(run_dir, checkpointer, restored)
   report.write_json(os.path.join(run_dir, 'config.json'), _resolved_config(study, run_dir))
-  if not resuming:
+  if restored is None:
     exp = study.experiments[0]
     report.plot_partition(os.path.join(run_dir, 'partition.png'),
                           np.asarray(exp.data.label_hist),
                           f'{cfg.partition} partition of {exp.dataset.name} (seed {cfg.seed})')
-  return Output(run_dir, checkpointer, resuming)
+  return Output(run_dir, checkpointer, restored)
+
+
+def _finished(out, config):
+  """Whether a resume found the run already complete (its summary written)."""
+  return (out.restored is not None and int(out.restored[0].round[0]) >= config.rounds
+          and os.path.exists(os.path.join(out.run_dir, 'summary.json')))
+
+
+def _already_finished(study, out, log):
+  """Resuming a complete run: its files stay as they are (summary timings included);
+  --save_params, if given, gets the final parameters."""
+  state = out.restored[0]
+  out.checkpointer.close()
+  if study.config.save_params:
+    save_params(study.config.save_params,
+                jax.tree.map(lambda a: a[:len(study.runs)], state.params))
+  log(f'{out.run_dir} already finished at round {int(state.round[0])}; nothing to do')
+  return rundir.read_json(os.path.join(out.run_dir, 'summary.json'))
 
 
 def _resolved_config(study, run_dir):
@@ -148,7 +189,8 @@ def _resolved_config(study, run_dir):
       'num_params': models.num_params(exp.state.params),
       'weighting': algorithms.weighting(cfg),
       'beta_local': exp.config.beta_local, 'beta_global': exp.config.beta_global,
-      'backend': jax.default_backend(), 'jax_version': jax.__version__})
+      'backend': jax.default_backend(), 'jax_version': jax.__version__,
+      'inputs': inputs.fingerprint(cfg)})
   return resolved
 
 
@@ -190,6 +232,9 @@ class _Progress:
       self.best[row['run']] = max(self.best.get(row['run'], -1.0), row['test_accuracy'])
     for row in history.get('diverged', []):
       self.diverged[row['run']] = (row['round'], row['client'])
+    # TensorBoard: rows already in the event files (a resumed run wrote them before), writers.
+    self.tensorboard_written = {'eval': len(self.eval_rows), 'rounds': len(self.round_rows)}
+    self.tensorboard_writers = {}
 
   def history(self):
     return {'eval_rows': self.eval_rows, 'round_rows': self.round_rows,
@@ -226,8 +271,8 @@ def _loop(study, compiled, out, log):
   """Runs the rounds: calls of a few rounds each (the host wakes about every second),
   evaluation every --eval_every rounds, checkpoints, per-run divergence."""
   cfg = study.config
-  if out.resuming:
-    state, history = out.checkpointer.restore(study.state)
+  if out.restored is not None:
+    state, history = out.restored
     log(f'resumed from the checkpoint at round {int(state.round[0])}')
   else:
     state, history = study.state, {}
@@ -259,17 +304,27 @@ def _loop(study, compiled, out, log):
       losses, accs = jax.device_get(compiled.evaluate(state.params, state.scenario, x_test,
                                                       y_test))
       prog.add_eval(done, losses, accs, elapsed0 + time.perf_counter() - t_start)
-      _write_metrics(out.run_dir, prog)
-      if (done // (cfg.checkpoint_every or cfg.eval_every) > last_checkpoint //
-          (cfg.checkpoint_every or cfg.eval_every) or done == cfg.rounds):
-        if len(prog.diverged) < prog.num_runs:
-          out.checkpointer.save(state, prog.history())
-          last_checkpoint = done
+      last_checkpoint = _record(cfg, out, prog, state, done, last_checkpoint)
     _advance(bar, n, prog)
   if bar is not None:
     bar.close()
+  for writer in prog.tensorboard_writers.values():
+    writer.close()
   out.checkpointer.close()
   return state, prog, time.perf_counter() - t_start
+
+
+def _record(cfg, out, prog, state, done, last_checkpoint):
+  """Writes the metric files and, when due, a checkpoint, with Ctrl-C held back so that
+  they stay consistent; returns the round of the last checkpoint."""
+  every = cfg.checkpoint_every or cfg.eval_every
+  with interrupts.deferred():
+    _write_metrics(out.run_dir, prog)
+    if (done // every > last_checkpoint // every or done == cfg.rounds) and \
+        len(prog.diverged) < prog.num_runs:
+      out.checkpointer.save(state, prog.history())
+      return done
+  return last_checkpoint
 
 
 def _log_estimate(log, seconds_per_round, remaining):
@@ -291,6 +346,25 @@ def _log_diverged(study, prog, r, log):
 def _write_metrics(run_dir, prog):
   report.write_csv(os.path.join(run_dir, 'metrics.csv'), prog.eval_rows)
   report.write_csv(os.path.join(run_dir, 'rounds.csv'), prog.round_rows)
+  if prog.study.config.tensorboard:
+    _write_tensorboard(run_dir, prog)
+
+
+def _write_tensorboard(run_dir, prog):
+  """The rows added since the last call, as scalars in RUN_DIR/tensorboard/run<r>."""
+  from fedjax_drift import tensorboard  # pylint: disable=g-import-not-at-top
+  for rows, prefix, key in ((prog.eval_rows, 'eval/', 'eval'), (prog.round_rows, 'train/',
+                                                                'rounds')):
+    for row in rows[prog.tensorboard_written[key]:]:
+      r = row['run']
+      if r not in prog.tensorboard_writers:
+        prog.tensorboard_writers[r] = tensorboard.ScalarWriter(
+            os.path.join(run_dir, 'tensorboard', f'run{r}'))
+      prog.tensorboard_writers[r].write({k: v for k, v in row.items() if k != 'run'},
+                                        tag_prefix=prefix)
+    prog.tensorboard_written[key] = len(rows)
+  for writer in prog.tensorboard_writers.values():
+    writer.flush()
 
 
 def _progress_bar(total, done, enabled):
@@ -406,8 +480,9 @@ def _plot(study, prog, run_dir):
       rounds = sorted({r['round'] for r in mine})
       acc = np.array([[r['test_accuracy'] for r in mine if r['round'] == t] for t in rounds])
       curves[_label(point, cfg)] = (rounds, acc.mean(1), acc.std(1))
-    report.plot_mean_curves(os.path.join(run_dir, 'accuracy.png'), curves,
-                            f'{title}: {len(study.runs)} runs')
+    if curves:  # no curve when every run diverged
+      report.plot_mean_curves(os.path.join(run_dir, 'accuracy.png'), curves,
+                              f'{title}: {len(study.runs)} runs')
   first = [r for r in prog.round_rows if r['run'] == prog.round_rows[0]['run']] \
       if prog.round_rows else []
   if first:
@@ -522,14 +597,12 @@ def _available_memory():
 RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out')
 
 
-def resume(run_dir, **overrides) -> dict:
-  """Continues the runs in `run_dir` as configured; only RESUME_OVERRIDES may change."""
-  path = os.path.join(run_dir, 'config.json')
-  if not os.path.exists(path):
-    raise UserError(f'--resume: {run_dir} holds no run (no config.json)')
-  with open(path) as f:
-    saved = json.load(f)
+def resume(run_dir, log=print, **overrides) -> dict:
+  """Continues the runs in `run_dir` as configured; only RESUME_OVERRIDES may change.
+  Refuses a directory that is not a run of this tool."""
+  saved = rundir.read_run_config(run_dir)
   saved.pop('_resolved', None)
+  overrides = inputs.absolute_flags(overrides)  # saved paths are absolute
   for name, value in overrides.items():
     if name not in RESUME_OVERRIDES and saved.get(name) != value:
       raise UserError(f'--resume continues {run_dir} as configured; --{name} cannot change '
@@ -537,7 +610,7 @@ def resume(run_dir, **overrides) -> dict:
                       '--save_params may')
   allowed = {k: v for k, v in overrides.items() if k in RESUME_OVERRIDES}
   config = config_from_dict({**saved, **allowed, 'resume': True, 'out': run_dir})
-  return run(config)
+  return run(config, log)
 
 
 def save_params(path, params):
