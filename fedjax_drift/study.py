@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import algorithms, engine, models
+from fedjax_drift import algorithms, engine, errors, models
 from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
 from fedjax_drift.data import domains, federated, partitions, scenarios, sources
 from fedjax_drift.errors import UserError
@@ -101,8 +101,6 @@ def _load(config) -> _Shared:
   algorithms.recipe(config)  # fail on a bad --algo / --local_terms before any work
   domain_ids = None
   if config.dataset == 'digits_domains':
-    if not config.data_dir:
-      raise UserError('--dataset=digits_domains needs --data_dir holding mnist/ and usps/')
     # The domains are one fixed construction; the run seed drives the partition.
     dataset, domain_ids, _ = domains.load_digits_domains(config.data_dir, seed=0)
   else:
@@ -216,12 +214,7 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
 def _parallelism(config, model):
   """(client chunk width, reason), checking --devices against what jax sees."""
   if config.devices > jax.device_count():
-    hint = ''
-    if jax.default_backend() == 'cpu':
-      hint = (f'; on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count='
-              f'{config.devices} before starting Python')
-    raise UserError(f'--devices={config.devices} but jax sees {jax.device_count()} '
-                    f'{jax.default_backend()} device(s){hint}')
+    raise errors.too_many_devices(config.devices, jax.device_count(), jax.default_backend())
   return engine.choose_parallelism(config.client_parallelism, model.family,
                                    jax.default_backend(), config.clients_per_round //
                                    config.devices, config.cohort_chunk)

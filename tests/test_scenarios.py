@@ -81,8 +81,8 @@ def test_longtail_stateless_refuses_stateful_algorithms(tiny_npz, unequal_partit
   assert np.isfinite(float(metrics['train_loss']))
 
 
-def test_digits_domains_covariate_shift(tmp_path):
-  from fedjax_drift.data import domains
+def write_digits(tmp_path):
+  """Tiny MNIST (IDX) and USPS (npz) copies under tmp_path/mnist and tmp_path/usps."""
   from test_sources import _write_idx
   from fedjax_drift.data.sources import IDX_FILES
   rng = np.random.default_rng(0)
@@ -95,6 +95,12 @@ def test_digits_domains_covariate_shift(tmp_path):
   np.savez(tmp_path / 'usps' / 'usps.npz', x_train=rng.random((12, 16, 16), np.float32),
            y_train=rng.integers(0, 10, 12), x_test=rng.random((6, 16, 16), np.float32),
            y_test=rng.integers(0, 10, 6))
+  return mnist
+
+
+def test_digits_domains_covariate_shift(tmp_path):
+  from fedjax_drift.data import domains
+  mnist = write_digits(tmp_path)
   ds, d_train, d_test = domains.load_digits_domains(str(tmp_path))
   assert ds.x_train.shape == (62, 28, 28, 1) and ds.x_train.dtype == np.uint8
   assert set(d_train.tolist()) == set(range(6)) and np.sum(d_train == 1) == 12

@@ -1,12 +1,21 @@
-"""--seeds and --grid: one vmapped program whose runs equal the independent single runs."""
+"""Every run is a study: seeds x grid points on one path, with everything a single run has."""
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import config as sweep
+from fedjax_drift import config as config_lib
+from fedjax_drift import study as study_lib
+from test_cli import RUN, cli
+
+QUIET = dict(log=lambda *_: None)
 
 
 def _config(npz, out, **kw):
@@ -17,36 +26,192 @@ def _config(npz, out, **kw):
   return fedjax_drift.Config(**base)
 
 
+def _rows(path, **match):
+  with open(path) as f:
+    return [r for r in csv.DictReader(f) if all(r[k] == str(v) for k, v in match.items())]
+
+
+def _strict_json(path):
+  def bad(token):
+    raise AssertionError(f'{path} holds a bare {token}')
+  with open(path) as f:
+    return json.load(f, parse_constant=bad)
+
+
 @pytest.mark.parametrize('algo,grid,extra', [
-    ('fedavg', 'lr:0.05,0.2', {}),
-    ('fedadc', 'beta:0.8;lr:0.1', {}),
+    ('fedavg', 'lr:0.05,0.2', dict(run_chunk=3)),          # chunked: groups of 3, one padded
+    ('fedadc', 'beta:0.8;lr:0.1', dict(run_chunk=1)),       # runs one after another
+    ('fedgkd_vote', '', dict(vote_val_size=8, gkd_buffer=2)),  # a validation split per seed
     ('fedfor', 'for_alpha:0.1', dict(scenario='concept_shift', concept_shift_prob=0.5)),
 ])
 def test_sweep_runs_equal_single_runs(tiny_npz, tmp_path, algo, grid, extra):
   summary = fedjax_drift.run(_config(tiny_npz, tmp_path / 'sweep', algo=algo, seeds=2,
-                                     grid=grid, **extra), log=lambda *_: None)
+                                     grid=grid, **extra), **QUIET)
   assert summary['segment_compilations'] == 1
-  rows = list(csv.DictReader(open(tmp_path / 'sweep' / 'runs.csv')))
-  points = sweep.grid_points(sweep.parse_grid(grid))
-  assert len({r['run'] for r in rows}) == 2 * len(points)
-  for point in points:
-    for seed in (0, 1):
-      out = tmp_path / f'single-{seed}-{"-".join(map(str, point.values()))}'
-      fedjax_drift.run(_config(tiny_npz, out, algo=algo, seed=seed, **point, **extra),
-                       log=lambda *_: None)
-      single = [float(r['test_loss']) for r in csv.DictReader(open(out / 'metrics.csv'))]
-      mine = [float(r['test_loss']) for r in rows if int(r['seed']) == seed
-              and all(float(r[k]) == v for k, v in point.items())]
-      np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)
-  saved = json.load(open(tmp_path / 'sweep' / 'summary.json'))
+  runs = _rows(tmp_path / 'sweep' / 'runs.csv')
+  points = config_lib.grid_points(config_lib.parse_grid(grid))
+  assert len(runs) == 2 * len(points) and all(r['status'] == 'ok' for r in runs)
+  for run in runs:
+    point = {k: float(run[k]) for k in points[0]}
+    out = tmp_path / f'single-{run["run"]}'
+    extra_single = {k: v for k, v in extra.items() if k != 'run_chunk'}
+    fedjax_drift.run(_config(tiny_npz, out, algo=algo, seed=int(run['seed']), **point,
+                             **extra_single), **QUIET)
+    single = [float(r['test_loss']) for r in _rows(out / 'metrics.csv')]
+    mine = [float(r['test_loss']) for r in _rows(tmp_path / 'sweep' / 'metrics.csv',
+                                                 run=run['run'])]
+    np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)
+  saved = _strict_json(tmp_path / 'sweep' / 'summary.json')
   assert len(saved['grid_points']) == len(points)
   assert all('std' in g['final_accuracy'] for g in saved['grid_points'])
 
 
-def test_grid_errors():
+def test_a_diverging_point_is_frozen_and_the_others_go_on(tiny_npz, tmp_path):
+  lines = []
+  summary = fedjax_drift.run(_config(tiny_npz, tmp_path / 'grid', seeds=2, grid='lr:0.1,2500'),
+                             log=lines.append)
+  runs = _rows(tmp_path / 'grid' / 'runs.csv')
+  assert [r['status'] for r in runs] == ['ok', 'ok', 'diverged', 'diverged']
+  assert all(r['diverged_round'] == '1' and r['final_accuracy'] == '' for r in runs[2:])
+  # No accuracy of a diverged run after its divergence, in metrics or in the aggregate.
+  assert [r['round'] for r in _rows(tmp_path / 'grid' / 'metrics.csv', run=2)] == ['0']
+  bad = summary['grid_points'][1]
+  assert bad['diverged'] == 2 and bad['final_accuracy']['mean'] is None
+  assert any(line.startswith('warning: 2 of 4 runs diverged') for line in lines)
+  _strict_json(tmp_path / 'grid' / 'summary.json')
+  # The healthy runs equal the same runs without the diverging point.
+  fedjax_drift.run(_config(tiny_npz, tmp_path / 'alone', seeds=2, grid='lr:0.1'), **QUIET)
+  for r in (0, 1):
+    assert ([row['test_loss'] for row in _rows(tmp_path / 'grid' / 'metrics.csv', run=r)] ==
+            [row['test_loss'] for row in _rows(tmp_path / 'alone' / 'metrics.csv', run=r)])
+
+
+def test_every_run_diverged_raises(tiny_npz, tmp_path):
+  with pytest.raises(fedjax_drift.errors.DivergenceError, match='every run diverged'):
+    fedjax_drift.run(_config(tiny_npz, tmp_path / 'all', seeds=2, lr=2500.0), **QUIET)
+  runs = _rows(tmp_path / 'all' / 'runs.csv')
+  assert [r['status'] for r in runs] == ['diverged', 'diverged']
+  assert 'no checkpoint was saved' in _checkpoint_message(tmp_path, tiny_npz)
+
+
+def _checkpoint_message(tmp_path, npz):
+  try:
+    fedjax_drift.run(_config(npz, tmp_path / 'one', lr=2500.0), **QUIET)
+  except fedjax_drift.errors.DivergenceError as e:
+    assert 'in round 1' in str(e)
+    return str(e)
+  raise AssertionError('a single diverging run must raise')
+
+
+def test_sentinels_resolved_and_grid_points_validated(tiny_npz, tmp_path):
+  runs = study_lib.plan(_config(tiny_npz, tmp_path, algo='fedadc', grid='beta:0.5,0.9'))
+  assert [(r.config.beta_local, r.config.beta_global) for r in runs] == [(0.5, 0.5),
+                                                                        (0.9, 0.9)]
+  study = study_lib.build(_config(tiny_npz, tmp_path, algo='fedadc', grid='beta:0.5,0.9'))
+  assert set(study.traced) == {'beta', 'beta_local', 'beta_global'}
+  np.testing.assert_allclose(study.inputs['hp']['beta_local'], [0.5, 0.9])
+  with pytest.raises(fedjax_drift.UserError, match=r'--grid point lr=-1: --lr=-1.0'):
+    study_lib.plan(_config(tiny_npz, tmp_path, grid='lr:0.1,-1'))
   with pytest.raises(fedjax_drift.UserError, match='cannot be swept'):
-    sweep.parse_grid('rounds:1,2')
+    config_lib.parse_grid('rounds:1,2')
   with pytest.raises(fedjax_drift.UserError, match='must be numbers'):
-    sweep.parse_grid('lr:a,b')
-  assert sweep.grid_points(sweep.parse_grid('lr:1,2;beta:0.5')) == [
+    config_lib.parse_grid('lr:a,b')
+  assert config_lib.grid_points(config_lib.parse_grid('lr:1,2;beta:0.5')) == [
       {'lr': 1.0, 'beta': 0.5}, {'lr': 2.0, 'beta': 0.5}]
+
+
+def test_sweep_with_scenario_cover_personalisation_and_params(tiny_npz, tmp_path):
+  out = tmp_path / 'rich'
+  summary = fedjax_drift.run(_config(
+      tiny_npz, out, seeds=2, grid='lr:0.05,0.1', cohort_sampler='cover_classes',
+      test_partition='like_train', personalize='calibrate', personalize_epochs=1,
+      save_params=str(tmp_path / 'p.npz')), **QUIET)
+  params = np.load(tmp_path / 'p.npz')
+  assert all(params[k].shape[0] == 4 for k in params.files)  # runs.csv order
+  assert not np.array_equal(params[params.files[0]][0], params[params.files[0]][1])
+  assert {r['run'] for r in _rows(out / 'personalization.csv')} == {'0', '1', '2', '3'}
+  assert all('personalization' in r for r in summary['runs'])
+  rounds = _rows(out / 'rounds.csv')
+  assert {r['run'] for r in rounds} == {'0', '1', '2', '3'} and len(rounds) == 16
+  assert summary['communication_floats_per_round']['up'] > 0
+  with pytest.raises(fedjax_drift.UserError, match='memory_budget_gb'):
+    fedjax_drift.run(_config(tiny_npz, tmp_path / 'budget', seeds=2, memory_budget_gb=1e-6),
+                     **QUIET)
+  assert not (tmp_path / 'budget').exists()
+
+
+def test_digits_domains_sweep(tmp_path):
+  from test_scenarios import write_digits  # pylint: disable=g-import-not-at-top
+  write_digits(tmp_path)
+  summary = fedjax_drift.run(fedjax_drift.Config(
+      dataset='digits_domains', data_dir=str(tmp_path), partition='domains', num_clients=6,
+      clients_per_round=3, model='mlp', rounds=2, eval_every=1, seeds=2, progress=False,
+      out=str(tmp_path / 'run')), **QUIET)
+  assert [r['status'] for r in summary['runs']] == ['ok', 'ok']
+
+
+@pytest.mark.slow
+def test_kill_9_mid_sweep_then_resume_is_bit_identical(tiny_npz, tmp_path):
+  args = [f'--dataset=npz:{tiny_npz}', '--model=mlp', '--num_clients=6', '--clients_per_round=3',
+          '--local_steps=30', '--local_epochs=0', '--batch_size=4', '--rounds=12',
+          '--eval_every=1', '--checkpoint_every=2', '--progress=false', '--seeds=2',
+          '--grid=lr:0.05,0.1']
+  straight, killed = tmp_path / 'straight', tmp_path / 'killed'
+  assert cli(*args, f'--out={straight}', f'--save_params={tmp_path}/a.npz').returncode == 0
+  proc = subprocess.Popen([sys.executable, RUN, *args, f'--out={killed}'],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 300
+  while proc.poll() is None and time.time() < deadline and len(
+      _rows(killed / 'metrics.csv') if (killed / 'metrics.csv').exists() else []) < 4 * 5:
+    time.sleep(0.02)
+  assert proc.poll() is None, 'the sweep finished before it could be killed'
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  resumed = cli('--resume', f'--out={killed}', '--progress=false',
+                f'--save_params={tmp_path}/b.npz')
+  assert resumed.returncode == 0, resumed.stderr
+  drop = lambda rows: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in rows]
+  for name in ('metrics.csv', 'rounds.csv', 'runs.csv'):
+    assert drop(_rows(straight / name)) == drop(_rows(killed / name)), name
+  a, b = np.load(tmp_path / 'a.npz'), np.load(tmp_path / 'b.npz')
+  for name in a.files:
+    np.testing.assert_array_equal(a[name], b[name])
+
+
+@pytest.mark.slow
+def test_partial_divergence_exits_0_with_a_warning(tiny_npz, tmp_path):
+  args = [f'--dataset=npz:{tiny_npz}', '--model=mlp', '--num_clients=6', '--clients_per_round=3',
+          '--rounds=2', '--eval_every=1', '--progress=false', '--batch_size=4']
+  partial = cli(*args, '--grid=lr:0.1,2500', f'--out={tmp_path}/a')
+  assert partial.returncode == 0, partial.stderr
+  assert 'warning: 1 of 2 runs diverged: run 1 (seed 0, lr=2500) in round 1' in partial.stdout
+  assert cli(*args, '--lr=2500', '--seeds=2', f'--out={tmp_path}/b').returncode == 3
+  assert cli(*args, '--lr=2500', f'--out={tmp_path}/c').returncode == 3
+
+
+DEVICES_SCRIPT = '''
+import sys, json
+sys.path.insert(0, {root!r})
+import jax, fedjax_drift
+assert jax.device_count() == 2
+out = {{}}
+for devices in (1, 2):
+  s = fedjax_drift.run(fedjax_drift.Config(
+      dataset='npz:{npz}', model='mlp', num_clients=6, clients_per_round=4, rounds=2,
+      eval_every=1, batch_size=4, seeds=2, grid='lr:0.05,0.1', algo='scaffold',
+      devices=devices, progress=False, out='{out}/d%d' % devices), log=lambda *_: None)
+  out[devices] = [r['final_loss'] for r in s['runs']]
+print(json.dumps(out))
+'''
+
+
+def test_sweep_over_two_devices_equals_one(tiny_npz, tmp_path):
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  result = subprocess.run(
+      [sys.executable, '-c', DEVICES_SCRIPT.format(root=root, npz=tiny_npz, out=tmp_path)],
+      capture_output=True, text=True, env=env, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  losses = json.loads(result.stdout.strip().splitlines()[-1])
+  np.testing.assert_allclose(losses['2'], losses['1'], rtol=1e-5, atol=1e-6)
+  assert len(losses['1']) == 4
