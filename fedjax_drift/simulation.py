@@ -188,6 +188,7 @@ def _resolved_config(study, run_dir):
       'cohort_chunk': exp.chunk, 'strategy': exp.strategy,
       'num_params': models.num_params(exp.state.params),
       'weighting': algorithms.weighting(cfg),
+      'weighting_source': algorithms.weighting_source(cfg),
       'beta_local': exp.config.beta_local, 'beta_global': exp.config.beta_global,
       'backend': jax.default_backend(), 'jax_version': jax.__version__,
       'inputs': inputs.fingerprint(cfg)})
@@ -393,7 +394,8 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
   comm = exp.algo.communication(exp.state.params)
   summary = {
       'algo': cfg.algo, 'dataset': exp.dataset.name, 'rounds': cfg.rounds,
-      'weighting': algorithms.weighting(cfg), 'num_runs': len(study.runs),
+      'weighting': algorithms.weighting(cfg),
+      'weighting_source': algorithms.weighting_source(cfg), 'num_runs': len(study.runs),
       'seeds': sorted({s.seed for s in study.runs}),
       'grid': {k: sorted({s.point[k] for s in study.runs}) for k in study.runs[0].point},
       'communication_floats_per_client': comm,
@@ -410,8 +412,9 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
     _personalize_all(study, state, per_run, out.run_dir, log)
   if len(study.runs) == 1:
     summary.update({k: v for k, v in per_run[0].items() if k not in ('run', 'seed')})
-  report.write_csv(os.path.join(out.run_dir, 'runs.csv'),
-                   [{k: v for k, v in r.items() if k != 'personalization'} for r in per_run])
+  report.write_csv(os.path.join(out.run_dir, 'runs.csv'),  # the scalar columns
+                   [{k: v for k, v in r.items() if not isinstance(v, (dict, list))}
+                    for r in per_run])
   report.write_json(os.path.join(out.run_dir, 'summary.json'), summary)
   _plot(study, prog, out.run_dir)
   if cfg.save_params:
@@ -431,7 +434,19 @@ def _run_summary(study, prog, spec):
             **{k: None for k in keys}}
   summary = metrics.summarize([r['round'] for r in rows], [r['test_accuracy'] for r in rows],
                               [r['test_loss'] for r in rows], cfg.rounds, cfg.target_accuracy)
+  if cfg.scenario == 'concept_shift':
+    shifts = _concept_shifts(prog, spec.index)
+    summary['concept_shifts'] = shifts
+    summary['concept_shift'] = metrics.concept_shift_metrics(
+        [r['round'] for r in rows], [r['test_accuracy'] for r in rows], shifts)
   return {**base, 'status': 'ok', 'diverged_round': None, 'diverged_client': None, **summary}
+
+
+def _concept_shifts(prog, run):
+  """[{round, class, new_label}] of a run, from the scenario's per-round diagnostics."""
+  return [{'round': r['round'], 'class': int(r['shift_class']),
+           'new_label': int(r['shift_label'])}
+          for r in prog.round_rows if r['run'] == run and r.get('shift_class', -1) >= 0]
 
 
 def _grid_summaries(study, per_run):
@@ -469,7 +484,8 @@ def _plot(study, prog, run_dir):
     rows = prog.eval_rows
     accs = [r['test_accuracy'] for r in rows]
     report.plot_accuracy(os.path.join(run_dir, 'accuracy.png'), [r['round'] for r in rows],
-                         accs, metrics.best_so_far(accs), title)
+                         accs, metrics.best_so_far(accs), title,
+                         marks=[shift['round'] for shift in _concept_shifts(prog, 0)])
   else:
     curves = {}
     for point in _points(study):

@@ -215,3 +215,18 @@ def test_sweep_over_two_devices_equals_one(tiny_npz, tmp_path):
   losses = json.loads(result.stdout.strip().splitlines()[-1])
   np.testing.assert_allclose(losses['2'], losses['1'], rtol=1e-5, atol=1e-6)
   assert len(losses['1']) == 4
+
+
+def test_concept_shifts_and_weighting_are_reported_per_run(tiny_npz, tmp_path):
+  summary = fedjax_drift.run(_config(tiny_npz, tmp_path / 'cs', algo='fedadc', seeds=2,
+                                     scenario='concept_shift', concept_shift_prob=0.5,
+                                     rounds=6, eval_every=1), **QUIET)
+  assert summary['weighting'] == 'uniform' and 'Alg. 3' in summary['weighting_source']
+  for run in summary['runs']:
+    rows = _rows(tmp_path / 'cs' / 'rounds.csv', run=run['run'])
+    shifted = [int(r['round']) for r in rows if float(r['shift_class']) >= 0]
+    assert [s['round'] for s in run['concept_shifts']] == shifted
+    assert all(0 <= s['class'] < 3 and 0 <= s['new_label'] < 3 for s in run['concept_shifts'])
+    assert len(run['concept_shift']['shifts']) == len(shifted)
+    assert 0 <= run['concept_shift']['average_best_accuracy'] <= 1
+  assert sum(len(r['concept_shifts']) for r in summary['runs']) > 0  # p = 0.5 over 12 rounds
