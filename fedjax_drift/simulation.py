@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import (algorithms, engine, inputs, interrupts, metrics, models, personalize,
-                          report, rundir)
+from fedjax_drift import (algorithms, engine, hardware, inputs, interrupts, metrics, models,
+                          personalize, report, rundir)
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -599,7 +599,11 @@ def estimated_memory(compiled):
 
 
 def _available_memory():
-  """Bytes the OS reports available (Linux), or 0 when unknown."""
+  """Bytes one device may use: the accelerator's own limit where it reports one (GPU, TPU),
+  else what the OS reports available (Linux; XLA:CPU uses host memory), or 0 when unknown."""
+  device = hardware.device_memory_bytes()
+  if device:
+    return device
   try:
     with open('/proc/meminfo') as f:
       for line in f:
