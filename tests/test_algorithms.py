@@ -306,6 +306,27 @@ def test_fedgkd_vote(tiny_npz, unequal_partition):
   run_lockstep(exp, FedGKD(None, 3, 1.5, vote_lambda=0.5), rounds=4)
 
 
+def test_fedgkd_plus_is_fedgkd_on_a_projection_head(tiny_npz, unequal_partition):
+  """FedGKD+ (FedGKD paper, §5.1): FedGKD on a model whose projection head sits before the
+  output layer, so the head is trained by CE and distillation; gamma = 0 is FedAvg on that
+  model (= MOON with mu = 0), gamma > 0 is not."""
+  kw = dict(model='mlp', moon_projection_dim=8, clients_per_round=3)
+  plus = make(tiny_npz, unequal_partition, 'fedgkd_plus', gkd_gamma=0.0, **kw)
+  assert {'classifier', 'projection_dense1'} <= set(plus.state.params)
+  off = run_rounds(plus, 2).params
+  moon_off = run_rounds(make(tiny_npz, unequal_partition, 'moon', moon_mu=0.0, **kw), 2).params
+  chex.assert_trees_all_close(off, moon_off, atol=1e-6, rtol=1e-6)
+  head_before = np.asarray(plus.state.params['projection_dense1']['kernel'])
+  assert np.abs(np.asarray(off['projection_dense1']['kernel']) - head_before).max() > 1e-4
+  on = run_rounds(make(tiny_npz, unequal_partition, 'fedgkd_plus', gkd_gamma=0.8,
+                       kd_temperature=2.0, **kw), 2).params
+  assert np.abs(flat_tree(on) - flat_tree(off)).max() > 1e-5
+
+
+def flat_tree(tree):
+  return np.concatenate([np.ravel(a) for a in jax.tree.leaves(tree)])
+
+
 # ---------------------------------------------------------------------------------- IGFL
 
 

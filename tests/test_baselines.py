@@ -208,12 +208,65 @@ def test_fedcurv(tiny_npz, unequal_partition):
                                err_msg=f'round {r + 1}')
 
 
+def empirical_fisher(model, w, x, y, mask):
+  """Mean over valid examples of squared per-example gradients."""
+  dl = model.ce_dlogits(w, x, y)
+  per_example = [model.grad(w, x[n:n + 1], dl[n:n + 1], np.ones(1)) for n in range(len(y))]
+  return sum(m * g * g for m, g in zip(mask, per_example)) / max(mask.sum(), 1)
+
+
+class FedCurvStateless:
+  """FedFOR's eq. 9 over the previous round's cohort only: every client is penalised towards
+  each (I_j, w_j) of that cohort (itself included, if it was there); nothing is kept longer."""
+
+  def __init__(self, lam):
+    self.lam, self.previous = lam, []
+
+  def __call__(self, model, theta, ids, counts, batches, exp):
+    def grad(w, x, y, mask):
+      g = model.grad(w, x, model.ce_dlogits(w, x, y), mask)
+      return g + sum(2 * self.lam * fisher * (w - anchor) for fisher, anchor in self.previous)
+
+    finals = [local_sgd(model, theta, batches[i][:-1], grad) for i in ids]
+    self.previous = [(empirical_fisher(model, w, *batches[i][-1]), w)
+                     for w, i in zip(finals, ids)]
+    p = weights(ids, counts)
+    return sum(pi * w for pi, w in zip(p, finals))
+
+
+def test_fedcurv_stateless(tiny_npz, unequal_partition):
+  """Against numpy, two of four clients per round, so cohorts overlap and clients return."""
+  exp = make(tiny_npz, unequal_partition, 'fedcurv_stateless', clients_per_round=2,
+             curv_lambda=5.0)
+  assert not jax.tree.leaves(exp.state.clients)  # stateless: no per-client table
+  model, reference = LogReg(6, 3), FedCurvStateless(5.0)
+  state, step = exp.state, jax.jit(exp.round_fn)
+  for r in range(4):
+    ids, counts, batches = cohort_and_batches(exp, state, extra_steps=1)
+    theta = reference(model, flat(state.params), [int(i) for i in ids], counts, batches, exp)
+    state, _ = step(state, exp.data)
+    np.testing.assert_allclose(flat(state.params), theta, atol=2e-5, rtol=1e-4,
+                               err_msg=f'round {r + 1}')
+  assert len(reference.previous) == 2
+
+
+def test_fedcurv_stateless_runs_with_fresh_clients(tiny_npz, unequal_partition):
+  """FedFOR's Table 2 setting: new clients every round (the stateful FedCurv is refused)."""
+  exp = make(tiny_npz, unequal_partition, 'fedcurv_stateless', curv_lambda=1.0,
+             scenario='longtail_stateless', imbalance_ratio=0.1, client_fraction=0.5)
+  state = run_rounds(exp, 3)
+  fisher_sum = state.server['fedcurv_stateless']['U']
+  assert all(np.all(np.isfinite(np.asarray(a))) for a in jax.tree.leaves(state.params))
+  assert max(float(np.abs(np.asarray(a)).max()) for a in jax.tree.leaves(fisher_sum)) > 0
+
+
 def _params(tiny_npz, unequal_partition, name, rounds, **kw):
   exp = make(tiny_npz, unequal_partition, name, clients_per_round=2, weighting='uniform', **kw)
   return run_rounds(exp, rounds).params
 
 
 @pytest.mark.parametrize('algo,knob', [('fedcurv', dict(curv_lambda=5.0)),
+                                       ('fedcurv_stateless', dict(curv_lambda=5.0)),
                                        ('fedprox', dict(prox_mu=0.5)),
                                        ('scaffold', dict()), ('feddyn', dict(dyn_alpha=0.3))])
 def test_term_matters(tiny_npz, unequal_partition, algo, knob):
@@ -227,6 +280,7 @@ def test_term_matters(tiny_npz, unequal_partition, algo, knob):
     ('fedprox', dict(prox_mu=0.0)),
     ('feddyn', dict(dyn_alpha=0.0)),
     ('fedcurv', dict(curv_lambda=0.0)),
+    ('fedcurv_stateless', dict(curv_lambda=0.0)),
     ('fedntd', dict(ntd_beta=0.0)),
     ('fedrs', dict(rs_alpha=1.0)),
 ])
