@@ -1,4 +1,9 @@
-"""FedADC and its variants (Ozfatura et al.).
+"""FedADC and its variants.
+
+Paper: K. Ozfatura, E. Ozfatura, D. Gündüz, "FedADC: Accelerated Federated Learning with Drift
+Control" (journal version): Algorithm 3 (FedADC), Algorithm 4 (double momentum), §III
+(FedADC+), eq. 4; the 2021 conference paper of the same title is beta_local = 1. The server
+averages with 1/|S_t| (Alg. 3 l.16).
 
 The server's momentum m_t is embedded into every local step, spread over the client's own
 H_i steps (Algorithm 3):

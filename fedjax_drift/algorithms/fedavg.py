@@ -1,4 +1,7 @@
-"""FedAvg (McMahan et al., 2017): local SGD, then the weighted mean of the local models.
+"""FedAvg: local SGD, then the weighted mean of the local models.
+
+Paper: McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized
+Data" (AISTATS 2017), Algorithm 1 (FederatedAveraging; weights n_k/n).
 
     client:  theta <- theta - eta * g                        for H_i steps
     server:  theta_{t+1} = theta_t - server_lr * sum_i p_i delta_i

@@ -1,4 +1,7 @@
-"""FedBN (Li et al., 2021): BatchNorm parameters and statistics stay local.
+"""FedBN: BatchNorm parameters and statistics stay local.
+
+Paper: X. Li et al., "FedBN: Federated Learning on Non-IID Features via Local Batch
+Normalization" (ICLR 2021), Algorithm 1.
 
 Each client keeps its own norm layers (scale, bias and running statistics) as per-client
 state. Local training starts from the global model with the client's own norm layers put

@@ -1,4 +1,6 @@
-"""FedDyn (Acar et al., 2021): dynamic regularisation.
+"""FedDyn: dynamic regularisation.
+
+Paper: Acar et al., "Federated Learning Based on Dynamic Regularization" (ICLR 2021), Algorithm 1.
 
     client:  min L_k(theta) - <grad_prev_k, theta> + (alpha/2) ||theta - theta_t||^2
              grad_prev_k <- grad_prev_k - alpha (theta_k - theta_t)   (= + alpha delta_k)

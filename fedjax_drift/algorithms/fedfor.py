@@ -1,8 +1,8 @@
 """FedFOR: a first-order rectification against the last global move.
 
 Paper: "FedFOR: Stateless Heterogeneous Federated Learning with First-Order Regularization"
-(Tian, Smith and Kira), eq. 7 and Algorithm 1. Clients receive W^{t-1} (the model) and W^{t-2} (the one
-before) and minimise
+(Tian, Smith and Kira), eq. 7 and Algorithm 1. Clients receive W^{t-1} (the model) and W^{t-2}
+(the one before) and minimise
 
     L_k(W) + c sum_j U((w_j^{t-2} - w_j^{t-1}) (w_j - w_j^{t-1})),   U = relu,
 

@@ -1,4 +1,9 @@
-"""FedGKD and FedGKD-Vote (Yao et al., eqs. 3-5 and Algorithm 1).
+"""FedGKD, FedGKD-Vote and FedGKD+.
+
+Paper: D. Yao, W. Pan et al., "Local-Global Knowledge Distillation in Heterogeneous Federated
+Learning with Non-IID Data": eqs. 3-5 and Algorithm 1 (aggregation n_i/n, l.14). FedGKD+
+(§5.1, "we add the projection layer for FedGKD") is FedGKD on a model with a projection head
+before the output layer (models/zoo.py WithProjection; algorithm fedgkd_plus).
 
 The server keeps the last M global models w_t, w_{t-1}, ..., w_{t-M+1} (fewer in the first
 rounds). FedGKD distils from their average:

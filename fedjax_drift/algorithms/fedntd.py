@@ -1,4 +1,7 @@
-"""FedNTD (Lee et al., 2022): distil the global model on the not-true classes only.
+"""FedNTD: distil the global model on the not-true classes only.
+
+Paper: G. Lee et al., "Preservation of the Global Knowledge by Not-True Distillation in Federated
+Learning" (NeurIPS 2022), eq. (3)-(4).
 
     L = CE + beta * mean_x KL(softmax(z_g[not y] / tau) || softmax(z[not y] / tau))
 

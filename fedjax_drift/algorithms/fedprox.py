@@ -1,4 +1,8 @@
-"""FedProx (Li et al., 2020): a proximal term (mu/2) ||w - theta_t||^2 in the local loss."""
+"""FedProx: a proximal term (mu/2) ||w - theta_t||^2 in the local loss.
+
+Paper: T. Li et al., "Federated Optimization in Heterogeneous Networks" (MLSys 2020), eq. 2 and
+Algorithm 2.
+"""
 import jax
 import jax.numpy as jnp
 

@@ -1,5 +1,6 @@
-"""FedRS (Li & Zhan, 2021): restricted softmax. During local training, the logits of classes
-absent from the client's data are multiplied by alpha (alpha = 1 is FedAvg)."""
+"""FedRS (X.-C. Li and D.-C. Zhan, "FedRS: Federated Learning with Restricted Softmax for
+Label Distribution Non-IID Data", KDD 2021): restricted softmax. During local training, the
+logits of classes absent from the client's data are multiplied by alpha (alpha = 1 is FedAvg)."""
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part

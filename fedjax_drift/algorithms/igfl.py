@@ -1,5 +1,7 @@
-"""IGFL, "Behavior Mimics Distribution" (Algorithms 1-3): group-aware local steps (IGFL-C)
-and attention aggregation at the server (IGFL-S).
+"""IGFL: group-aware local steps (IGFL-C) and attention aggregation at the server (IGFL-S).
+
+Paper: "Behavior Mimics Distribution: Combining Individual and Group Behaviors for Federated
+Learning": Algorithms 1-3, eq. 11, §4.1-4.3. The plain mean is 1/|S| (Alg. 3 l.1, l.7).
 
 Updates here are in the paper's sign, Delta_w = w - w_ps = -delta (state.py's delta).
 

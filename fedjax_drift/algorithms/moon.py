@@ -1,4 +1,8 @@
-"""MOON (Li et al., 2021): model-contrastive learning on a projection head.
+"""MOON: model-contrastive learning on a projection head.
+
+Paper: Q. Li, B. He, D. Song, "Model-Contrastive Federated Learning" (CVPR 2021), eq. (1)-(3)
+and Algorithm 1; the network is base encoder, projection head, output layer (§3.2), as
+models/zoo.py WithProjection builds it.
 
     L = CE + mu * mean_x -log( e^{sim(z, z_g)/tau} / (e^{sim(z, z_g)/tau} + e^{sim(z, z_prev)/tau}) )
 

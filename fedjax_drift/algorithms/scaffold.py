@@ -1,4 +1,7 @@
-"""SCAFFOLD (Karimireddy et al., 2020), option II.
+"""SCAFFOLD, option II.
+
+Paper: Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated Learning"
+(ICML 2020), Algorithm 1 with control-variate option II; server mean 1/|S|.
 
     client:  y <- y - eta (g - c_i + c)                      for H_i steps
              c_i+ = c_i - c + (theta_t - y) / (H_i eta)       (= c_i - c + delta_i / (H_i eta))

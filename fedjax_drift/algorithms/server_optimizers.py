@@ -1,5 +1,8 @@
 """Server optimizers: optax transformations applied to the aggregated update (state.py's sign).
 
+SlowMo / FedAvgM as FedADC's Algorithm 2 (FedADC paper); FedAdam, FedYogi, FedAdagrad as
+Reddi et al., "Adaptive Federated Optimization" (ICLR 2021), Algorithm 2.
+
 The pseudo-gradient is sum_i p_i delta_i with delta_i = theta_t - theta_i (a descent
 direction), so `optax.sgd(server_lr)` gives FedAvg and momentum variants are ordinary optax
 chains.
