@@ -29,7 +29,8 @@ class Model(NamedTuple):
 def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_impl='auto'):
   """Builds model `name` for inputs of `input_shape` (one example, no batch axis).
 
-  projection_dim > 0 adds MOON's projection head; `features` then returns its output.
+  projection_dim > 0 puts a projection head before the output layer (MOON, FedGKD+;
+  zoo.WithProjection); `features` then returns (logits, projection).
   conv_impl (auto, im2col, lax; see models/layers.py) picks how convolutions are computed;
   auto resolves now, for the default backend: im2col on CPU, lax.conv on GPU/TPU.
   """
