@@ -1,24 +1,38 @@
-"""Speed and memory of one FedAvg round, side by side, on the same data, model and cohort.
+"""Speed and memory of one FedAvg round, interleaved, on the same data, model and cohort.
 
-    python benchmarks/bench.py                 # all workloads (several minutes)
-    python benchmarks/bench.py --quick         # a small subset
-    python benchmarks/bench.py --workloads=mlp_k100,cnn_mnist_k10
+    python benchmarks/bench.py                 # all workloads, 3 repetitions (~1.5 h on 2 cores)
+    python benchmarks/bench.py --quick         # smoke test: two tiny workloads, one round each
+    python benchmarks/bench.py --workloads=cnn_mnist_k10 --impls=engine-seq,torch-loop --reps=5
 
-Every (workload, implementation) runs in its own subprocess, so peak RSS is per
-implementation. Implementations:
+How it measures. A machine shared with other work drifts by tens of percent between runs, so a
+ratio from two back-to-back runs cannot be trusted. For each workload the implementations run
+interleaved, A B C A B C ..., each repetition of each implementation in its own subprocess
+(fresh process: its own peak RSS, no warm caches from the others). A process compiles, runs
+one warm-up round, then times rounds (median of >= --rounds rounds and >= --min_seconds).
+Ratios are paired: rep i of an implementation is divided by rep i of torch (run minutes
+apart, under the same conditions), and the report gives the median of those ratios and their
+min-max (and the quartiles in the JSON). Every process's raw numbers, the load average when
+it started and the host's description go to a JSON file in benchmarks/results/.
+
+Implementations:
   engine-seq     this engine, clients one after another inside one jit (lax.scan)
   engine-vmap    this engine, the cohort vmapped
   engine-chunkN  this engine, chunks of N clients vmapped, chunks sequential
   jit-loop       a Python loop over clients calling one jitted local-training function
                  (FedJAX's jit-backend style), then a jitted weighted mean
   torch-loop     a per-client PyTorch loop (torch is a benchmark extra: pip install '.[bench]')
-Each client runs H=10 SGD steps of batch 32 on its own examples; all K clients take part.
-Reported (median round time over >= 3 s of rounds): sample-gradients/s, achieved GFLOP/s from an analytic FLOP count, that as a
-fraction of a float32 matmul peak measured in the same run, peak RSS and compile time.
+Each client runs H=10 SGD steps of batch 32 on its own examples; all K clients take part. The
+engine shuffles each client's examples every epoch; the jit-loop and torch loop read
+contiguous, unshuffled batches.
+
+Device-agnostic: JAX runs on its default backend (CPU, GPU or TPU), torch on CUDA when
+available, else the CPU. On an accelerator, peak device memory is reported beside peak RSS.
 """
 import argparse
+import datetime
 import json
 import os
+import platform
 import resource
 import subprocess
 import sys
@@ -40,9 +54,14 @@ WORKLOADS = {  # name: (model, K, input shape)
     'cnn_cifar_k20': ('cnn_cifar', 20, (32, 32, 3)),
     # Bounded memory: the engine only (a torch or jit-loop round here takes minutes).
     'cnn_mnist_k500': ('cnn_mnist', 500, (28, 28, 1)),
+    # Tiny, for --quick and the tests.
+    'logreg_k4': ('logreg', 4, (784,)),
+    'cnn_mnist_k2': ('cnn_mnist', 2, (28, 28, 1)),
 }
 ENGINE_ONLY = ('cnn_mnist_k500',)
-QUICK = ('mlp_k100', 'cnn_mnist_k10')
+QUICK = ('logreg_k4', 'cnn_mnist_k2')
+DEFAULT = tuple(n for n in WORKLOADS if n not in QUICK)
+BASELINES = ('torch-loop', 'jit-loop')  # ratios are reported against these
 
 
 def forward_flops(model):
@@ -77,29 +96,48 @@ def make_data(k, shape, seed=0):
 
 
 def peak_rss_gb():
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # Linux: kB
+  """This process's peak resident memory: VmHWM (reset by exec, unlike ru_maxrss, which a
+  child inherits from the process that forked it), else ru_maxrss."""
+  try:
+    with open('/proc/self/status') as f:
+      for line in f:
+        if line.startswith('VmHWM:'):
+          return int(line.split()[1]) / 1e6  # kB
+  except OSError:
+    pass
+  scale = 1e9 if sys.platform == 'darwin' else 1e6  # bytes on macOS, kB on Linux
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
 
 
 # ------------------------------------------------------------------------- implementations
 
 
-def timed_rounds(one_round, rounds, block, min_seconds=3.0):
-  """Median seconds per round over at least `rounds` rounds and `min_seconds` of work
-  (this machine drifts by tens of percent between runs)."""
+def timed_rounds(one_round, rounds, block, min_seconds):
+  """Seconds of each timed round: at least `rounds` rounds and `min_seconds` of work."""
   times = []
   while len(times) < rounds or sum(times) < min_seconds:
     t0 = time.perf_counter()
     block(one_round())
     times.append(time.perf_counter() - t0)
-  return float(np.median(times))
+  return times
 
 
-def run_engine(model_name, k, shape, chunk, rounds):
+def jax_device_peak_gb():
+  import jax
+  try:
+    stats = jax.devices()[0].memory_stats() or {}
+  except Exception:  # pylint: disable=broad-except
+    stats = {}
+  peak = stats.get('peak_bytes_in_use')
+  return peak / 1e9 if peak else None
+
+
+def run_engine(model_name, k, shape, chunk, args):
   import jax
   from fedjax_drift import algorithms, config, engine, models, simulation
   from fedjax_drift.data import federated
   x, y, parts = make_data(k, shape)
-  model = models.get(model_name, 10, shape)
+  model = models.get(model_name, 10, shape, conv_impl=args.conv_impl)
   cfg = config.Config(lr=0.05, clients_per_round=k, num_clients=k)
   algo = algorithms.get('fedavg', cfg, model)
   data = federated.build(x, y, parts, 10)
@@ -111,20 +149,19 @@ def run_engine(model_name, k, shape, chunk, rounds):
   compiled = round_fn.lower(state, data).compile()
   compile_s = time.perf_counter() - t0
   xla_gb = simulation.estimated_memory(compiled) / 1e9
-  state, _ = compiled(state, data)
+  state, _ = compiled(state, data)  # warm-up round
   jax.block_until_ready(state.params)
   box = [state]
 
   def one_round():
     box[0] = compiled(box[0], data)[0]
     return box[0].params
-  # A K=500 CNN round takes minutes: there, one timed round is enough.
-  min_seconds = 0.0 if k >= 500 else 3.0
-  return (timed_rounds(one_round, rounds, jax.block_until_ready, min_seconds), compile_s,
-          xla_gb)
+  times = timed_rounds(one_round, args.rounds, jax.block_until_ready, args.min_seconds)
+  return dict(round_s=times, compile_s=compile_s, xla_estimate_gb=xla_gb,
+              conv_impl=model.conv_impl, device_peak_gb=jax_device_peak_gb())
 
 
-def run_jit_loop(model_name, k, shape, rounds):
+def run_jit_loop(model_name, k, shape, args):
   """FedJAX-style: a Python loop over clients, each a call of one jitted local training."""
   import jax
   import jax.numpy as jnp
@@ -132,7 +169,7 @@ def run_jit_loop(model_name, k, shape, rounds):
   from fedjax_drift import models
   from fedjax_drift.algorithms import local
   x, y, _ = make_data(k, shape)
-  model = models.get(model_name, 10, shape)
+  model = models.get(model_name, 10, shape, conv_impl=args.conv_impl)
   opt = optax.sgd(0.05)
 
   @jax.jit
@@ -163,7 +200,7 @@ def run_jit_loop(model_name, k, shape, rounds):
     return server(params, total)
 
   t0 = time.perf_counter()
-  params = one_round(params)
+  params = one_round(params)  # compiles, and is the warm-up round
   jax.block_until_ready(params)
   compile_s = time.perf_counter() - t0
   box = [params]
@@ -171,11 +208,12 @@ def run_jit_loop(model_name, k, shape, rounds):
   def step():
     box[0] = one_round(box[0])
     return box[0]
-  return timed_rounds(step, rounds, jax.block_until_ready), compile_s
+  times = timed_rounds(step, args.rounds, jax.block_until_ready, args.min_seconds)
+  return dict(round_s=times, compile_s=compile_s, conv_impl=model.conv_impl,
+              device_peak_gb=jax_device_peak_gb())
 
 
 def torch_model(model_name):
-  import torch
   from torch import nn
   if model_name == 'logreg':
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
@@ -193,20 +231,25 @@ def torch_model(model_name):
                          nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                          nn.Flatten(), nn.Linear(4096, 512), nn.ReLU(), nn.Linear(512, 256),
                          nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
-  del torch
   raise ValueError(model_name)
 
 
-def run_torch(model_name, k, shape, rounds):
+def run_torch(model_name, k, shape, args):
   import torch
-  torch.set_num_threads(os.cpu_count())
+  device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+  if device.type == 'cpu':
+    torch.set_num_threads(os.cpu_count())
+    sync = lambda: None
+  else:
+    sync = torch.cuda.synchronize
   x, y, _ = make_data(k, shape)
   xt = torch.from_numpy(x).float().div_(255.0)
   if len(shape) == 3:
     xt = xt.permute(0, 3, 1, 2).contiguous()
-  yt = torch.from_numpy(y).long()
-  global_model = torch_model(model_name)
-  local_model = torch_model(model_name)
+  xt = xt.to(device)
+  yt = torch.from_numpy(y).long().to(device)
+  global_model = torch_model(model_name).to(device)
+  local_model = torch_model(model_name).to(device)
   loss_fn = torch.nn.CrossEntropyLoss()
 
   def one_round():
@@ -226,12 +269,17 @@ def run_torch(model_name, k, shape, rounds):
     global_model.load_state_dict({n: t / k for n, t in total.items()})
 
   t0 = time.perf_counter()
-  one_round()
+  one_round()  # the warm-up round
+  sync()
   warm = time.perf_counter() - t0
-  return timed_rounds(one_round, rounds, lambda _: None), warm
+  times = timed_rounds(one_round, args.rounds, lambda _: sync(), args.min_seconds)
+  device_peak = (torch.cuda.max_memory_allocated() / 1e9 if device.type == 'cuda' else None)
+  return dict(round_s=times, compile_s=warm, torch_device=str(device),
+              torch_threads=torch.get_num_threads(), device_peak_gb=device_peak)
 
 
-def matmul_peak_gflops():
+def matmul_peak():
+  """Best of 5 float32 2048^3 matmuls on JAX's default device, and what that device is."""
   import jax
   import jax.numpy as jnp
   n = 2048
@@ -243,107 +291,262 @@ def matmul_peak_gflops():
     t0 = time.perf_counter()
     jax.block_until_ready(f(a))
     best = max(best, 2 * n ** 3 / (time.perf_counter() - t0) / 1e9)
-  return best
+  device = jax.devices()[0]
+  return dict(peak_gflops=best, backend=jax.default_backend(), device_kind=device.device_kind,
+              device_count=jax.device_count())
 
 
-# ------------------------------------------------------------------------------- driver
+# ------------------------------------------------------------------------------- child
 
 
 def child(args):
-  model, k, shape = WORKLOADS[args.workload]
-  xla_gb = float('nan')
-  if args.impl.startswith('engine-'):
-    mode = args.impl[len('engine-'):]
-    chunk = {'seq': 1, 'vmap': k}.get(mode) or int(mode[len('chunk'):])
-    sec, compile_s, xla_gb = run_engine(model, k, shape, chunk, args.rounds)
-  elif args.impl == 'jit-loop':
-    sec, compile_s = run_jit_loop(model, k, shape, args.rounds)
-  elif args.impl == 'torch-loop':
-    sec, compile_s = run_torch(model, k, shape, args.rounds)
-  elif args.impl == 'peak':
-    print(json.dumps({'peak_gflops': matmul_peak_gflops()}))
-    return
+  if args.impl == 'peak':
+    result = matmul_peak()
   else:
-    raise ValueError(args.impl)
-  print(json.dumps({'seconds_per_round': sec, 'compile_s': compile_s,
-                    'peak_rss_gb': peak_rss_gb(), 'xla_estimate_gb': xla_gb}))
+    model, k, shape = WORKLOADS[args.workload]
+    if args.impl.startswith('engine-'):
+      mode = args.impl[len('engine-'):]
+      chunk = {'seq': 1, 'vmap': k}.get(mode) or int(mode[len('chunk'):])
+      result = run_engine(model, k, shape, chunk, args)
+    elif args.impl == 'jit-loop':
+      result = run_jit_loop(model, k, shape, args)
+    elif args.impl == 'torch-loop':
+      result = run_torch(model, k, shape, args)
+    else:
+      raise ValueError(args.impl)
+    result['seconds_per_round'] = float(np.median(result['round_s']))
+    result['sample_grads_per_s'] = k * H * B / result['seconds_per_round']
+  result['peak_rss_gb'] = peak_rss_gb()
+  print(json.dumps(result))
 
 
-def implementations(name, model, k):
+# ------------------------------------------------------------------------------ parent
+
+
+def implementations(name, model, k, backend='cpu'):
   if name in ENGINE_ONLY:
     return ['engine-seq']
   impls = ['engine-seq']
-  if not (model.startswith('cnn') and k >= 100):  # 100 vmapped CNN clients need ~12 GB
+  # 100 vmapped CNN clients need ~12 GB of host memory; an accelerator runs them vmapped.
+  if backend != 'cpu' or not (model.startswith('cnn') and k >= 100):
     impls.append('engine-vmap')
   if k >= 20:
     impls.append('engine-chunk5' if model.startswith('cnn') else 'engine-chunk50')
   return impls + ['jit-loop', 'torch-loop']
 
 
-def spawn(workload, impl, rounds, timeout):
-  cmd = [sys.executable, __file__, '--child', f'--workload={workload}', f'--impl={impl}',
-         f'--rounds={rounds}']
+def spawn(workload, impl, args):
+  cmd = [sys.executable, os.path.abspath(__file__), '--child', f'--workload={workload}',
+         f'--impl={impl}', f'--rounds={args.rounds}', f'--min_seconds={args.min_seconds}',
+         f'--conv_impl={args.conv_impl}']
+  started = time.time()
+  load = os.getloadavg()[0] if hasattr(os, 'getloadavg') else None
   try:
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
   except subprocess.TimeoutExpired:
-    return {'error': f'over {timeout}s'}
-  if out.returncode != 0:
-    tail = (out.stderr.strip().splitlines() or ['?'])[-1]
-    return {'error': tail[:120]}
-  return json.loads(out.stdout.strip().splitlines()[-1])
+    result = {'error': f'over {args.timeout}s'}
+  else:
+    if out.returncode != 0:
+      tail = (out.stderr.strip().splitlines() or ['?'])[-1]
+      result = {'error': tail[:300]}
+    else:
+      result = json.loads(out.stdout.strip().splitlines()[-1])
+  result.update(workload=workload, implementation=impl, started=started,
+                wall_s=time.time() - started, load_1min_at_start=load)
+  return result
+
+
+def _stats(values):
+  """median, min, max and quartiles of the finite values (None when there are none)."""
+  v = np.asarray([x for x in values if x is not None and np.isfinite(x)], float)
+  if not v.size:
+    return None
+  q1, med, q3 = np.percentile(v, [25, 50, 75])
+  return dict(median=float(med), min=float(v.min()), max=float(v.max()), q1=float(q1),
+              q3=float(q3), n=int(v.size))
+
+
+def summarise(runs, peaks):
+  """One row per (workload, implementation) from the raw per-process runs.
+
+  Ratios are paired by repetition: rep i of an implementation over rep i of the baseline."""
+  peak = _stats([p.get('peak_gflops') for p in peaks])
+  rows = []
+  by_key = {}
+  for r in runs:
+    by_key.setdefault((r['workload'], r['implementation']), {})[r['rep']] = r
+  for (workload, impl), reps in by_key.items():
+    model = WORKLOADS[workload][0]
+    ok = {i: r for i, r in reps.items() if 'sample_grads_per_s' in r}
+    row = dict(workload=workload, implementation=impl, reps=len(reps), ok=len(ok),
+               errors=sorted({r['error'] for r in reps.values() if 'error' in r}))
+    rate = _stats([r['sample_grads_per_s'] for r in ok.values()])
+    row['sample_grads_per_s'] = rate
+    if rate:
+      gflops = rate['median'] * train_flops(model) / 1e9
+      row['gflops'] = gflops
+      row['fraction_of_peak'] = gflops / peak['median'] if peak else None
+    for field in ('peak_rss_gb', 'xla_estimate_gb', 'compile_s', 'device_peak_gb'):
+      row[field] = _stats([r.get(field) for r in ok.values()])
+    for base in BASELINES:
+      other = {i: r for i, r in by_key.get((workload, base), {}).items()
+               if 'sample_grads_per_s' in r}
+      paired = [i for i in ok if i in other]
+      key = 'vs_' + base.replace('-', '_')
+      row[key] = _stats([ok[i]['sample_grads_per_s'] / other[i]['sample_grads_per_s']
+                         for i in paired])
+      row['rss_' + key] = _stats([ok[i]['peak_rss_gb'] / other[i]['peak_rss_gb']
+                                  for i in paired])
+    rows.append(row)
+  return rows
+
+
+def _fmt(s, spec, suffix=''):
+  if not s:
+    return '–'
+  if s['n'] == 1:
+    return f'{s["median"]:{spec}}{suffix}'
+  return f'{s["median"]:{spec}}{suffix} [{s["min"]:{spec}}–{s["max"]:{spec}}]'
+
+
+def print_row(row):
+  if not row['sample_grads_per_s']:
+    print(f'{row["workload"]:15} {row["implementation"]:14} failed: {"; ".join(row["errors"])}')
+    return
+  frac = row.get('fraction_of_peak')
+  print(f'{row["workload"]:15} {row["implementation"]:14} '
+        f'{_fmt(row["sample_grads_per_s"], ",.0f"):>27} {row["gflops"]:7.1f} '
+        f'{100 * frac if frac else float("nan"):6.1f}% '
+        f'{_fmt(row["peak_rss_gb"], ".2f"):>17} '
+        f'{_fmt(row["xla_estimate_gb"], ".2f"):>17} {_fmt(row["compile_s"], ".1f"):>17} '
+        f'{_fmt(row["vs_torch_loop"], ".2f", "x"):>20} {_fmt(row["vs_jit_loop"], ".2f", "x"):>20} '
+        f'{_fmt(row["rss_vs_torch_loop"], ".2f", "x"):>20}'
+        + (f'  ({row["ok"]}/{row["reps"]} ok: {"; ".join(row["errors"])})'
+           if row['ok'] < row['reps'] else ''), flush=True)
+
+
+HEADER = (f'{"workload":15} {"implementation":14} {"sample-grads/s [min-max]":>27} '
+          f'{"GFLOP/s":>7} {"% peak":>7} {"peak RSS GB":>17} {"XLA GB":>17} '
+          f'{"compile s":>17} {"vs torch":>20} {"vs jit-loop":>20} {"RSS vs torch":>20}')
+
+
+def markdown(rows):
+  """The README's table: medians, ratios with their min-max over paired repetitions."""
+  lines = ['| workload | implementation | sample-grads/s | GFLOP/s | % of peak | peak RSS GB | '
+           'XLA estimate GB | compile s | vs torch [min–max] | vs jit-loop [min–max] | '
+           'RSS vs torch |', '|' + '---|' * 11]
+  for r in rows:
+    if not r['sample_grads_per_s']:
+      continue
+    med = lambda s, spec: f'{s["median"]:{spec}}' if s else '–'
+    frac = r.get('fraction_of_peak')
+    lines.append(
+        f'| {r["workload"]} | {r["implementation"]} | {med(r["sample_grads_per_s"], ",.0f")} | '
+        f'{r["gflops"]:.1f} | {f"{100 * frac:.1f}%" if frac else "–"} | '
+        f'{med(r["peak_rss_gb"], ".2f")} | {med(r["xla_estimate_gb"], ".2f")} | '
+        f'{med(r["compile_s"], ".1f")} | {_fmt(r["vs_torch_loop"], ".2f", "x")} | '
+        f'{_fmt(r["vs_jit_loop"], ".2f", "x")} | {med(r["rss_vs_torch_loop"], ".2f")}x |')
+  return '\n'.join(lines)
+
+
+def host_info():
+  import importlib.metadata as md
+  versions = {}
+  for pkg in ('jax', 'jaxlib', 'torch', 'numpy', 'flax', 'optax'):
+    try:
+      versions[pkg] = md.version(pkg)
+    except md.PackageNotFoundError:
+      versions[pkg] = None
+  cpu = platform.processor()
+  try:
+    with open('/proc/cpuinfo') as f:
+      cpu = next((l.split(':', 1)[1].strip() for l in f if l.startswith('model name')), cpu)
+  except OSError:
+    pass
+  try:
+    commit = subprocess.run(['git', 'rev-parse', 'HEAD'], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    dirty = bool(subprocess.run(['git', 'status', '--porcelain', '--', 'fedjax_drift',
+                                 'benchmarks/bench.py'], capture_output=True, text=True,
+                                cwd=ROOT).stdout.strip())
+  except OSError:
+    commit, dirty = None, None
+  return dict(date=datetime.datetime.now().isoformat(timespec='seconds'), argv=sys.argv,
+              python=platform.python_version(), platform=platform.platform(), cpu=cpu,
+              cpu_count=os.cpu_count(), versions=versions, git_commit=commit,
+              git_dirty=dirty, H=H, B=B)
 
 
 def main():
-  parser = argparse.ArgumentParser()
-  parser.add_argument('--workloads', default='')
-  parser.add_argument('--quick', action='store_true')
-  parser.add_argument('--rounds', type=int, default=2)
-  parser.add_argument('--timeout', type=int, default=900)
-  parser.add_argument('--out', default='')
-  parser.add_argument('--child', action='store_true')
-  parser.add_argument('--workload')
-  parser.add_argument('--impl')
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--workloads', default='', help='comma list (default: all but the tiny '
+                      f'ones); choose from {", ".join(WORKLOADS)}')
+  parser.add_argument('--impls', default='', help='comma list: run only these implementations')
+  parser.add_argument('--quick', action='store_true',
+                      help='smoke test: tiny workloads, 2 repetitions, one timed round each')
+  parser.add_argument('--reps', type=int, default=0,
+                      help='repetitions of each implementation (default 3; 2 with --quick)')
+  parser.add_argument('--rounds', type=int, default=2, help='timed rounds per process, at least')
+  parser.add_argument('--min_seconds', type=float, default=-1,
+                      help='timed seconds per process, at least (default 3; 0 with --quick)')
+  parser.add_argument('--conv_impl', default='auto', help='auto, im2col or lax (JAX models)')
+  parser.add_argument('--timeout', type=int, default=1800, help='seconds per process')
+  parser.add_argument('--out', default='', help='raw JSON (default: benchmarks/results/'
+                      'DATE-TIME-BACKEND.json)')
+  parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
+  parser.add_argument('--workload', help=argparse.SUPPRESS)
+  parser.add_argument('--impl', help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.min_seconds < 0:
+    args.min_seconds = 0.0 if args.quick else 3.0
   if args.child:
     return child(args)
-  names = (args.workloads.split(',') if args.workloads else QUICK if args.quick
-           else tuple(WORKLOADS))
+  reps = args.reps or (2 if args.quick else 3)
+  names = (args.workloads.split(',') if args.workloads else QUICK if args.quick else DEFAULT)
   unknown = [n for n in names if n not in WORKLOADS]
   if unknown:
     sys.exit(f'error: --workloads: unknown {unknown}; choose from {sorted(WORKLOADS)}')
-  peak = spawn(names[0], 'peak', 0, 300).get('peak_gflops', float('nan'))
-  print(f'float32 matmul peak (2048^3, jax, this run): {peak:.0f} GFLOP/s; H={H}, B={B}')
-  header = (f'{"workload":16} {"implementation":14} {"sample-grads/s":>15} {"GFLOP/s":>8} '
-            f'{"% peak":>7} {"RSS GB":>7} {"XLA GB":>7} {"compile s":>9} {"vs torch":>9} '
-            f'{"vs jit-loop":>11}')
-  print(header)
-  rows = []
+  only = set(args.impls.split(',')) if args.impls else None
+
+  record = dict(host=host_info(), reps=reps, rounds=args.rounds, min_seconds=args.min_seconds,
+                conv_impl=args.conv_impl, peaks=[], runs=[], rows=[])
+  out = args.out or os.path.join(
+      ROOT, 'benchmarks', 'results',
+      datetime.datetime.now().strftime('%Y-%m-%d-%H%M%S') + '.json')
+
+  def save():
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, 'w') as f:
+      json.dump(record, f, indent=1)
+
+  first = spawn(names[0], 'peak', args)
+  record['peaks'].append(first)
+  backend = first.get('backend', 'cpu')
+  record['host'].update(backend=backend, device_kind=first.get('device_kind'),
+                        device_count=first.get('device_count'))
+  print(f'{backend} ({first.get("device_kind")}); float32 matmul peak (2048^3, jax): '
+        f'{first.get("peak_gflops", float("nan")):.0f} GFLOP/s; H={H}, B={B}; '
+        f'{reps} interleaved repetitions; ratios: median [min-max] over paired repetitions')
+  print(HEADER)
   for name in names:
     model, k, shape = WORKLOADS[name]
-    rounds = 1 if name in ENGINE_ONLY else args.rounds
-    results = {impl: spawn(name, impl, rounds, args.timeout)
-               for impl in implementations(name, model, k)}
-    rate = {impl: k * H * B / r['seconds_per_round'] for impl, r in results.items()
-            if 'seconds_per_round' in r}
-    for impl, r in results.items():
-      if impl not in rate:
-        print(f'{name:16} {impl:14} {r.get("error", "failed")}')
-        continue
-      gflops = rate[impl] * train_flops(model) / 1e9
-      vs_torch = rate[impl] / rate['torch-loop'] if 'torch-loop' in rate else float('nan')
-      vs_jit = rate[impl] / rate['jit-loop'] if 'jit-loop' in rate else float('nan')
-      row = dict(workload=name, implementation=impl, sample_grads_per_s=rate[impl],
-                 gflops=gflops, fraction_of_peak=gflops / peak, peak_rss_gb=r['peak_rss_gb'],
-                 xla_estimate_gb=r.get('xla_estimate_gb'),
-                 compile_s=r['compile_s'], vs_torch=vs_torch, vs_jit_loop=vs_jit)
-      rows.append(row)
-      print(f'{name:16} {impl:14} {rate[impl]:15,.0f} {gflops:8.1f} {100 * gflops / peak:6.1f}% '
-            f'{r["peak_rss_gb"]:7.2f} {r.get("xla_estimate_gb", float("nan")):7.2f} '
-            f'{r["compile_s"]:9.1f} {vs_torch:8.2f}x {vs_jit:10.2f}x',
-            flush=True)
-  if args.out:
-    with open(args.out, 'w') as f:
-      json.dump({'peak_gflops': peak, 'rows': rows}, f, indent=2)
+    impls = [i for i in implementations(name, model, k, backend) if not only or i in only]
+    for rep in range(1 if name in ENGINE_ONLY else reps):
+      if rep or name != names[0]:  # the matmul peak drifts too: one per cycle
+        record['peaks'].append(spawn(name, 'peak', args))
+      for impl in impls:  # A B C, A B C, ...
+        result = spawn(name, impl, args)
+        result['rep'] = rep
+        record['runs'].append(result)
+        save()
+    rows = summarise([r for r in record['runs'] if r['workload'] == name], record['peaks'])
+    for row in rows:
+      print_row(row)
+    record['rows'] += rows
+    save()
+  print('\n' + markdown(record['rows']))
+  print(f'\nraw results: {out}')
 
 
 if __name__ == '__main__':
