@@ -62,13 +62,15 @@ def test_same_seed_identical_different_seed_differs(tiny_npz, unequal_partition)
 
 def test_segment_compiles_once(tiny_npz, unequal_partition):
   exp = fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, clients_per_round=2))
-  segment = engine.make_segment(exp.round_fn, 4)
+  segment = engine.make_segment(lambda s, d, _: exp.round_fn(s, d), 4)
   state = exp.state
-  state, m1 = segment(state, exp.data, 4)
-  state, m2 = segment(state, exp.data, 3)  # a shorter final segment reuses the program
+  state, m1 = segment(state, exp.data, None, 4)
+  state, m2 = segment(state, exp.data, None, 3)  # a shorter call reuses the program
+  state, m3 = segment(state, exp.data, None, 1)
   assert segment._cache_size() == 1  # pylint: disable=protected-access
-  assert int(state.round) == 7
-  assert np.all(np.asarray(m2['train_loss'])[3:] == 0)  # the skipped iteration
+  assert int(state.round) == 8
+  assert np.all(np.asarray(m2['train_loss'])[3:] == 0)  # the iteration not run
+  assert np.all(np.asarray(m3['train_loss'])[1:] == 0) and np.asarray(m3['train_loss'])[0] > 0
 
 
 def test_segment_equals_round_by_round(tiny_npz, unequal_partition):
@@ -77,7 +79,8 @@ def test_segment_equals_round_by_round(tiny_npz, unequal_partition):
   by_round = _rounds(exp, 3)[0]
   exp = fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, clients_per_round=2,
                                          batch_size=5))
-  seg = engine.make_segment(exp.round_fn, 5)(exp.state, exp.data, 3)[0]
+  seg = engine.make_segment(lambda s, d, _: exp.round_fn(s, d), 5)(exp.state, exp.data, None,
+                                                                    3)[0]
   chex.assert_trees_all_close(by_round.params, seg.params, atol=1e-6)
 
 
@@ -139,3 +142,22 @@ def test_map_reduce_clients_sums_and_stacks_like_a_plain_loop(chunk):
                                                 * np.arange(7.0)[:, None], axis=0))
   np.testing.assert_allclose(outputs, np.arange(7.0) + 1)
   assert nothing is None
+
+
+def test_over_runs_groups_equal_one_vmap():
+  fn = lambda a, b: (a * b + 1.0, {'s': jnp.sum(a)})
+  args = (jnp.arange(12.0).reshape(6, 2), jnp.arange(6.0)[:, None])
+  want = jax.vmap(fn)(*args)
+  for width in (1, 2, 3, 6):
+    chex.assert_trees_all_close(jax.jit(lambda *a, w=width: engine.over_runs(fn, a, w))(*args),
+                                want)
+  one = engine.over_runs(fn, jax.tree.map(lambda a: a[:1], args), 1)
+  chex.assert_trees_all_close(one, jax.tree.map(lambda a: a[:1], want))
+
+
+def test_finite_checks_values_and_norms_do_not_overflow():
+  huge = {'w': jnp.full((4,), 1e30, jnp.float32)}
+  assert bool(engine.tree_all_finite(huge))
+  np.testing.assert_allclose(engine.safe_norm(huge), 2e30, rtol=1e-6)
+  assert not bool(engine.tree_all_finite({'w': jnp.array([1.0, jnp.nan])}))
+  assert float(engine.safe_norm({'w': jnp.zeros(3)})) == 0.0
