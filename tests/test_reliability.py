@@ -160,8 +160,9 @@ def test_12_1_overwrite_replaces_own_files(tiny_npz, unequal_partition, tmp_path
 def test_12_1_overwrite_never_empties_the_working_directory(tiny_npz, tmp_path):
   (tmp_path / 'notes.txt').write_text('mine')
   for flag in ('--overwrite', '--overwrite=force'):
-    result = cli(f'--dataset=npz:{tiny_npz}', '--out=.', flag, '--progress=false',
-                 cwd=str(tmp_path))
+    result = cli(f'--dataset=npz:{tiny_npz}', '--partition=iid', '--num_clients=4',
+                 '--clients_per_round=2', '--model=logreg', '--rounds=1', '--out=.', flag,
+                 '--progress=false', cwd=str(tmp_path))
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert (tmp_path / 'notes.txt').read_text() == 'mine'
@@ -332,11 +333,22 @@ def test_12_10_divergence_names_only_existing_checkpoints(tiny_npz, unequal_part
   assert not (out / 'checkpoints').exists() or not os.listdir(out / 'checkpoints')
 
 
+def test_12_10_huge_finite_updates_are_not_divergence(tiny_npz, unequal_partition, tmp_path):
+  # Updates near 1e25 are finite in float32; their squared norm (1e50) is not.
+  summary = _quiet(tiny_config(tiny_npz, unequal_partition, lr=1e25, rounds=1,
+                               out=str(tmp_path / 'run')))
+  assert summary['runs'][0]['status'] == 'ok'
+
+
 def test_12_10_summary_is_strict_json(tiny_npz, unequal_partition, tmp_path):
   out = tmp_path / 'run'
   _quiet(tiny_config(tiny_npz, unequal_partition, rounds=2, out=str(out)))
   for name in ('summary.json', 'config.json'):
     _strict_json(out / name)
+  from fedjax_drift import report
+  report.write_json(str(out / 'nan.json'), {'final_loss': float('nan')})  # as a summary would
+  assert _strict_json(out / 'nan.json') == {'final_loss': None,
+                                            'non_finite': {'final_loss': 'NaN'}}
 
 
 def test_12_11_resuming_a_finished_run_keeps_its_summary(tiny_npz, unequal_partition,
