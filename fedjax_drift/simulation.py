@@ -69,9 +69,10 @@ def run(config: Config, log=print) -> dict:
         return _already_finished(study, out, log)
       _log_header(study, compiled, run_dir, log)
       state, history, train_s = _loop(study, compiled, out, log)
-      with interrupts.deferred():  # the result files are written whole or not at all
-        return _finish(study, compiled, out, state, history, train_s,
-                       time.perf_counter() - t0, log)
+      # Not deferred (personalisation may be long): each result file is replaced whole, and
+      # after a Ctrl-C here --resume writes them all again from the final checkpoint.
+      return _finish(study, compiled, out, state, history, train_s,
+                     time.perf_counter() - t0, log)
   except KeyboardInterrupt:
     has_checkpoint = bool(Checkpointer(run_dir).rounds())
     raise interrupts.Interrupted(interrupts.message(run_dir, has_checkpoint)) from None
