@@ -291,7 +291,7 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
       result = algo.client_update(params, payload, cstate, client, key)
       summands, norm = client_summands(result.delta, weight)
       outputs = (result.client_state, result.loss, norm, tree_all_finite(result.delta),
-                 result.delta if algo.needs_client_deltas else None)
+                 result.delta if algo.needs_client_deltas else None, result.upload)
       return summands, outputs
 
     def run_clients(params, payload, data, client_key, concept, args):
@@ -310,10 +310,10 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                                         state.params, payload, data, client_key, concept, args)
     else:
       sums, outputs = run_clients(state.params, payload, data, client_key, concept, args)
-    new_states, losses, norms, client_finite, deltas = outputs
+    new_states, losses, norms, client_finite, deltas, uploads = outputs
 
     cohort = Cohort(ids, weights, counts, num_steps, sums['weighted'], deltas, old_states,
-                    new_states, num_clients)
+                    new_states, num_clients, uploads)
     params, server = algo.server_update(state.params, state.server, cohort)
     metrics = drift_diagnostics(sums, norms, losses, weights)
     metrics.update(_diagnostics(algo, server))
@@ -372,9 +372,12 @@ def over_runs(fn, args, width):
   return round_fn
 
 
-def make_segment(step_fn, length: int):
+def make_segment(step_fn, length: int, out_shardings=None):
   """A compiled program running `num_rounds` (traced, <= length) calls of
   step_fn(state, data, inputs) -> (state, metrics); metrics come back stacked on [length].
+
+  out_shardings: None lets XLA choose; a run over several processes pins (state, metrics) so
+  that each call's state comes back sharded as it went in (the next call's input).
 
   The trip count is traced, so one compilation serves segments of any length up to `length`:
   the host can run one round at a time for feedback, or whole evaluation intervals, with the
@@ -392,7 +395,9 @@ def make_segment(step_fn, length: int):
 
     return jax.lax.fori_loop(0, num_rounds, body, (state, history))
 
-  return jax.jit(segment, donate_argnums=0)
+  if out_shardings is None:
+    return jax.jit(segment, donate_argnums=0)
+  return jax.jit(segment, donate_argnums=0, out_shardings=out_shardings)
 
 
 def init_state(algo: FederatedAlgorithm, params, num_clients: int, key,

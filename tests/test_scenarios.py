@@ -44,7 +44,7 @@ def test_concept_shift_train_and_test_labels_follow_the_map(tiny_npz, unequal_pa
   # The evaluation uses the same map: recompute the final test accuracy by hand.
   fedjax_drift.run(config, log=lambda *_: None)
   saved = np.load(tmp_path / 'p.npz')
-  logits = exp.dataset.x_test @ saved['dense/kernel'] + saved['dense/bias']
+  logits = exp.dataset.x_test @ saved['dense/kernel'][0] + saved['dense/bias'][0]  # run 0
   expected = np.mean(np.argmax(logits, 1) == label_map[exp.dataset.y_test])
   rows = list(csv.DictReader(open(tmp_path / 'r' / 'metrics.csv')))
   assert abs(float(rows[-1]['test_accuracy']) - expected) < 1e-6
