@@ -7,6 +7,11 @@ history (JSON), and a sha256 over both. `restore` recomputes the sha256 of what 
 step that fails to load or to match is skipped for the newest intact one, so a damaged
 latest checkpoint costs some rounds, never correctness. The pytree structure comes from the
 caller's `like` tree, so states with a leading run axis work unchanged.
+
+A state split over processes (distributed.py) is saved as global arrays: every process writes
+its own rows, and no host ever holds a whole client table. Its checksum (format 3) hashes a
+fingerprint each array gets on the devices, which does not depend on how the array is split,
+so it is checked the same way on any number of processes.
 """
 import contextlib
 import hashlib
@@ -21,6 +26,7 @@ import numpy as np
 from fedjax_drift.errors import UserError
 
 FORMAT = 2  # 1: a ServerState saved as orbax's StandardSave without a checksum
+DEVICE_FORMAT = 3  # the checksum hashes on-device fingerprints (a state split over processes)
 
 
 def _is_key(x):
@@ -42,6 +48,58 @@ def checksum(arrays: dict, history) -> str:
     digest.update(a.tobytes())
   digest.update(json.dumps(history, sort_keys=True).encode())
   return digest.hexdigest()
+
+
+def _mix(x):
+  """MurmurHash3's 32-bit finaliser: a bijection on uint32 that scatters every input bit."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  x = x ^ (x >> 16)
+  x = x * jnp.uint32(0x85ebca6b)
+  x = x ^ (x >> 13)
+  x = x * jnp.uint32(0xc2b2ae35)
+  return x ^ (x >> 16)
+
+
+def _words(a):
+  """An array's bytes as uint32 words (8-byte types give two words per value)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  if a.dtype == jnp.bool_:
+    a = a.astype(jnp.uint8)
+  width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint32}[a.dtype.itemsize]
+  return jax.lax.bitcast_convert_type(a, width).astype(jnp.uint32).reshape(-1)
+
+
+@jax.jit
+def _fingerprints(arrays):
+  """{name: uint32[2]} per array: sums over its words of mix(word + mix(position)) and
+  mix(word ^ mix(position + 1)), wrapping. Integer sums do not depend on the order or the
+  split of the array across devices, and any one changed word changes both sums."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  def one(a):
+    w = _words(a)
+    i = jnp.arange(w.shape[0], dtype=jnp.uint32)
+    return jnp.stack([jnp.sum(_mix(w + _mix(i)), dtype=jnp.uint32),
+                      jnp.sum(_mix(w ^ _mix(i + jnp.uint32(1))), dtype=jnp.uint32)])
+  return {name: one(a) for name, a in arrays.items()}
+
+
+def device_checksum(arrays: dict, history) -> str:
+  """sha256 over each array's dtype, shape and on-device fingerprint, then the history.
+  Every process must call it (it runs one program over the global arrays)."""
+  prints = jax.tree.map(np.asarray, _fingerprints(arrays))  # replicated: read locally
+  digest = hashlib.sha256()
+  for name in sorted(arrays):
+    a = arrays[name]
+    digest.update(f'{name}:{np.dtype(a.dtype).str}:{tuple(a.shape)};'.encode())
+    digest.update(prints[name].tobytes())
+  digest.update(json.dumps(history, sort_keys=True).encode())
+  return digest.hexdigest()
+
+
+def _split(arrays) -> bool:
+  """Whether some array spans devices of other processes (it cannot be fetched whole)."""
+  return any(not getattr(a, 'is_fully_addressable', True) for a in arrays.values())
 
 
 @contextlib.contextmanager
@@ -130,10 +188,15 @@ class Checkpointer:
       if bad in manager.all_steps():
         manager.delete(bad)
     self._damaged = []
-    arrays = jax.device_get(_saveable(state))
+    arrays = _saveable(state)
+    if _split(arrays):  # global arrays: each process writes its own shards
+      stamp = {'sha256': device_checksum(arrays, history), 'format': DEVICE_FORMAT}
+    else:
+      arrays = jax.device_get(arrays)
+      stamp = {'sha256': checksum(arrays, history), 'format': FORMAT}
     manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(arrays), history=ocp.args.JsonSave(history),
-        checksum=ocp.args.JsonSave({'sha256': checksum(arrays, history), 'format': FORMAT})))
+        checksum=ocp.args.JsonSave(stamp)))
     manager.wait_until_finished()
 
   def _restore_step(self, step, like):
@@ -150,7 +213,13 @@ class Checkpointer:
       _ignore_closed_loop_callbacks()
       reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(':')[0][:60]
       raise ValueError(f'unreadable: {reason}') from None
-    if not isinstance(stored, dict) or stored.get('sha256') != checksum(arrays, history):
+    if not isinstance(stored, dict):
+      raise ValueError('checksum mismatch')
+    digest = device_checksum if stored.get('format') == DEVICE_FORMAT else checksum
+    if digest is checksum and _split(arrays):
+      raise UserError(f'--resume: the checkpoint at round {step} in {self.directory} was '
+                      'written by one process; resume it on one process')
+    if stored.get('sha256') != digest(arrays, history):
       raise ValueError('checksum mismatch')
     leaves, treedef = jax.tree.flatten(like)
     if sorted(arrays) != [f'{i:05d}' for i in range(len(leaves))]:
@@ -168,6 +237,8 @@ class Checkpointer:
     for step in reversed(self.rounds()):
       try:
         state, history = self._restore_step(step, like)
+      except UserError:  # not damage: a checkpoint this launch cannot read
+        raise
       except ValueError as e:
         damaged.append((step, str(e)))
         continue

@@ -141,6 +141,16 @@ class Config:
   cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism',
                          group='run')
   devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)', group='run')
+  distributed: str = _f('auto', 'one run across processes with jax.distributed: auto = when '
+                       '--num_processes > 1 or --coordinator_address is given, or a multi-'
+                       'process SLURM / Open MPI launch is detected; on = always (JAX detects '
+                       'what is not given, e.g. on a Cloud TPU pod); off = never',
+                       ('auto', 'on', 'off'), group='run')
+  coordinator_address: str = _f('', 'jax.distributed: host:port of process 0 (the same on every '
+                                'process)', group='run')
+  num_processes: int = _f(0, 'jax.distributed: number of processes (0 = detect)', group='run')
+  process_id: int = _f(-1, 'jax.distributed: this process\'s id, 0 .. num_processes-1 '
+                       '(-1 = detect)', group='run')
   conv_impl: str = _f('auto', 'how convolutions are computed: im2col (patches + GEMM) or lax '
                       '(lax.conv_general_dilated: cuDNN, TPU); auto = im2col on CPU, lax on '
                       'GPU/TPU', ('auto', 'im2col', 'lax'), group='model')

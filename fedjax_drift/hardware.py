@@ -3,10 +3,10 @@ import jax
 
 
 def device_memory_bytes(device=None):
-  """Bytes of memory `device` (default: the first device of the default backend) may use,
-  from `device.memory_stats()['bytes_limit']` (GPU and TPU report it), or None when the
+  """Bytes of memory `device` (default: this process's first device of the default backend)
+  may use, from `device.memory_stats()['bytes_limit']` (GPU and TPU report it), or None when the
   device does not say (XLA:CPU returns no memory stats: use the host's available memory)."""
-  device = device if device is not None else jax.devices()[0]
+  device = device if device is not None else jax.local_devices()[0]  # ours, with several
   try:
     stats = device.memory_stats()
   except (AttributeError, NotImplementedError, RuntimeError):

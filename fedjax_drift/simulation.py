@@ -13,6 +13,7 @@ Run directory (the same layout for one run and for many):
                  with one run, that run's metrics are also at the top level
   accuracy.png, drift.png, partition.png, checkpoints/, personalization.csv (calibrate)
 """
+import contextlib
 import dataclasses
 import os
 import sys
@@ -23,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import (algorithms, engine, hardware, inputs, interrupts, metrics, models,
-                          personalize, report, rundir)
+from fedjax_drift import (algorithms, distributed, engine, hardware, inputs, interrupts,
+                          metrics, models, personalize, report, rundir)
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -55,13 +56,18 @@ def run(config: Config, log=print) -> dict:
   in config.out from their latest checkpoint. Raises DivergenceError when every run diverged.
   """
   t0 = time.perf_counter()
+  config = distributed.setup(config, log)  # first: jax.distributed precedes any other JAX use
+  if not distributed.is_writer():  # several processes: process 0 speaks and writes
+    log, config = (lambda *a, **k: None), dataclasses.replace(config, progress=False)
   config = inputs.absolutize(config)  # stored absolute: a resume elsewhere reads the same files
   runs = plan(config)
   run_dir = _check_outputs(config)
+  distributed.barrier('outputs checked')  # before process 0 creates anything in them
   try:
-    with rundir.claimed(run_dir):  # one writer, from before loading the data to the end
+    with (rundir.claimed(run_dir) if distributed.is_writer()  # one writer, loading to the end
+          else contextlib.nullcontext()):
       log(f'fedjax-drift: {config.algo}, {len(runs)} run(s): loading data and compiling...')
-      study = build(config, runs)
+      study = distributed.place(build(config, runs))  # global arrays over processes, if any
       with interrupts.deferred():  # Ctrl-C while XLA compiles can crash the process
         compiled = _compile(study)
       out = _open_run_dir(study, run_dir, log)
@@ -108,7 +114,8 @@ def _compile(study: Study) -> Compiled:
   """Compiles the segment ahead of time and refuses what XLA says cannot fit."""
   cfg = study.config
   t = time.perf_counter()
-  segment = engine.make_segment(study.step, cfg.eval_every).lower(
+  segment = engine.make_segment(study.step, cfg.eval_every,
+                                distributed.segment_shardings(study)).lower(
       study.state, study.data, study.inputs, jnp.int32(1)).compile()
   compile_s = time.perf_counter() - t
   need, available = estimated_memory(segment), _available_memory()
@@ -145,11 +152,12 @@ def _open_run_dir(study, run_dir, log) -> Output:
     restored = checkpointer.restore(study.state, log)
   elif cfg.resume:
     log(f'{run_dir} has no checkpoint yet: starting it from round 0')
-  elif rundir.overwrite_mode(cfg.overwrite):
+  elif rundir.overwrite_mode(cfg.overwrite) and distributed.is_writer():
     rundir.clear(run_dir, rundir.overwrite_mode(cfg.overwrite), _input_paths(cfg),
                  rundir.own_extra(run_dir, cfg.save_params))
-  rundir.remove_temporaries(run_dir)  # a killed run's; we hold the lock
-  if _finished(Output(run_dir, checkpointer, restored), cfg):
+  if distributed.is_writer():
+    rundir.remove_temporaries(run_dir)  # a killed run's; we hold the lock
+  if _finished(Output(run_dir, checkpointer, restored), cfg) or not distributed.is_writer():
     return Output(run_dir, checkpointer, restored)
   report.write_json(os.path.join(run_dir, 'config.json'), _resolved_config(study, run_dir))
   if restored is None:
@@ -171,9 +179,9 @@ def _already_finished(study, out, log):
   --save_params, if given, gets the final parameters."""
   state = out.restored[0]
   out.checkpointer.close()
-  if study.config.save_params:
+  if study.config.save_params and distributed.is_writer():
     save_params(study.config.save_params,
-                jax.tree.map(lambda a: a[:len(study.runs)], state.params))
+                jax.tree.map(lambda a: a[:len(study.runs)], distributed.to_host(state.params)))
   log(f'{out.run_dir} already finished at round {int(state.round[0])}; nothing to do')
   return rundir.read_json(os.path.join(out.run_dir, 'summary.json'))
 
@@ -321,7 +329,8 @@ def _record(cfg, out, prog, state, done, last_checkpoint):
   they stay consistent; returns the round of the last checkpoint."""
   every = cfg.checkpoint_every or cfg.eval_every
   with interrupts.deferred():
-    _write_metrics(out.run_dir, prog)
+    if distributed.is_writer():
+      _write_metrics(out.run_dir, prog)
     if (done // every > last_checkpoint // every or done == cfg.rounds) and \
         len(prog.diverged) < prog.num_runs:
       out.checkpointer.save(state, prog.history())
@@ -391,6 +400,7 @@ def _advance(bar, n, prog):
 def _finish(study, compiled, out, state, prog, train_s, total_s, log):
   """Summaries, plots and parameters; raises DivergenceError when every run diverged."""
   cfg, exp = study.config, study.experiments[0]
+  state = state._replace(params=distributed.to_host(state.params))  # process 0 alone uses them
   per_run = [_run_summary(study, prog, spec) for spec in study.runs]
   comm = exp.algo.communication(exp.state.params)
   summary = {
@@ -409,10 +419,12 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
       'run_dir': out.run_dir,
       'runs': per_run, 'grid_points': _grid_summaries(study, per_run),
   }
-  if cfg.personalize == 'calibrate':
+  if cfg.personalize == 'calibrate' and distributed.is_writer():
     _personalize_all(study, state, per_run, out.run_dir, log)
   if len(study.runs) == 1:
     summary.update({k: v for k, v in per_run[0].items() if k not in ('run', 'seed')})
+  if not distributed.is_writer():  # process 0 writes the results
+    return _report_end(study, summary, per_run, total_s, compiled.compile_s, log)
   report.write_csv(os.path.join(out.run_dir, 'runs.csv'),  # the scalar columns
                    [{k: v for k, v in r.items() if not isinstance(v, (dict, list))}
                     for r in per_run])
@@ -615,7 +627,8 @@ def _available_memory():
   return 0
 
 
-RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out')
+RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out') + \
+    distributed.LAUNCH_FLAGS  # how this launch spans processes, never taken from config.json
 
 
 def resume(run_dir, log=print, **overrides) -> dict:
@@ -623,6 +636,8 @@ def resume(run_dir, log=print, **overrides) -> dict:
   Refuses a directory that is not a run of this tool."""
   saved = rundir.read_run_config(run_dir)
   saved.pop('_resolved', None)
+  for name in distributed.LAUNCH_FLAGS:
+    saved.pop(name, None)
   overrides = inputs.absolute_flags(overrides)  # saved paths are absolute
   for name, value in overrides.items():
     if name not in RESUME_OVERRIDES and saved.get(name) != value:

@@ -1,0 +1,185 @@
+"""One simulation across processes, on JAX's own multi-process runtime (jax.distributed).
+
+`setup(config)` runs first in `run()`, before any other JAX call: with --num_processes > 1 or
+--coordinator_address given, --distributed=on, or (auto) a multi-process SLURM, Open MPI or
+Cloud TPU launch detected as jax.distributed.initialize detects it, it initialises the
+runtime (gloo collectives on CPU) and makes --devices span every global device. Otherwise it
+does nothing, and a run is exactly what it was on one process.
+
+`place(study)` turns a built study into global jax.Arrays over the client mesh: parameters,
+server buffers, data and inputs replicated; every per-client table (each leaf of
+ServerState.clients, [R, N, ...]) split by client (axis 1) over the devices, so each process
+keeps N/devices rows and the state grows with the number of machines. The compiled segment
+then gathers and scatters the cohort's rows across processes (XLA partitions it).
+
+Process 0 writes the run directory (`is_writer`); every process runs the loop and takes part
+in checkpoints (orbax writes each process's rows). The engine knows nothing of this.
+"""
+import dataclasses
+import os
+import warnings
+
+import jax
+import numpy as np
+
+from fedjax_drift.errors import UserError
+
+LAUNCH_FLAGS = ('distributed', 'coordinator_address', 'num_processes', 'process_id')
+
+
+def _given(config) -> dict:
+  """jax.distributed.initialize's arguments the user gave (unset ones JAX detects)."""
+  given = {}
+  if config.coordinator_address:
+    given['coordinator_address'] = config.coordinator_address
+  if config.num_processes:
+    given['num_processes'] = config.num_processes
+  if config.process_id >= 0:
+    given['process_id'] = config.process_id
+  return given
+
+
+def _detected_processes() -> int:
+  """Processes of the cluster launch JAX would auto-detect (SLURM, Open MPI, Cloud TPU), or 1.
+  Uses JAX's own detection; a jax without it falls back to SLURM's and Open MPI's variables."""
+  try:
+    from jax._src import clusters  # pylint: disable=g-import-not-at-top
+    with warnings.catch_warnings():  # e.g. 'kubernetes not installed' in any k8s pod
+      warnings.simplefilter('ignore')
+      for env in clusters.ClusterEnv._cluster_types:  # pylint: disable=protected-access
+        if not env.opt_in_only_method and env.is_env_present():
+          return int(env.get_process_count())
+    return 1
+  except Exception:  # pylint: disable=broad-except
+    for name in ('SLURM_STEP_NUM_TASKS', 'OMPI_COMM_WORLD_SIZE'):
+      if os.environ.get(name, '').isdigit():
+        return int(os.environ[name])
+    return 1
+
+
+def wanted(config) -> bool:
+  """Whether this run initialises jax.distributed (UserError on contradictory flags)."""
+  given = _given(config)
+  if config.distributed not in ('auto', 'on', 'off'):
+    raise UserError(f'--distributed={config.distributed} is not one of: auto, on, off')
+  if config.num_processes < 0:
+    raise UserError(f'--num_processes={config.num_processes} must be >= 1 (0 = detect)')
+  if config.num_processes and config.process_id >= config.num_processes:
+    raise UserError(f'--process_id={config.process_id} must be below '
+                    f'--num_processes={config.num_processes}')
+  if config.distributed == 'off':
+    if given:
+      raise UserError(f'--distributed=off contradicts --{next(iter(given))}')
+    return False
+  if config.distributed == 'on' or config.coordinator_address or config.num_processes > 1:
+    return True
+  return config.num_processes != 1 and _detected_processes() > 1
+
+
+def setup(config, log=print):
+  """Initialises jax.distributed when `wanted` (once per process) and returns the config with
+  --devices resolved to every global device; the config unchanged otherwise. A caller that
+  initialised jax.distributed itself gets the same treatment."""
+  if not wanted(config) and not jax.distributed.is_initialized():
+    return config
+  if not jax.distributed.is_initialized():
+    if jax.config.jax_cpu_collectives_implementation in (None, '', 'none'):
+      jax.config.update('jax_cpu_collectives_implementation', 'gloo')  # CPU all-reduce
+    try:
+      jax.distributed.initialize(**_given(config))
+    except (RuntimeError, ValueError) as e:
+      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      raise UserError(f'jax.distributed.initialize failed: {first}') from None
+  if not active():
+    return config
+  if not config.out:  # every process must write its checkpoint shards to the same place
+    raise UserError('a multi-process run needs --out=RUN_DIR, the same path on every '
+                    'process (a shared file system)')
+  total = jax.device_count()
+  if config.devices not in (1, total):
+    raise UserError(f'--devices={config.devices}: a multi-process run splits the cohort over '
+                    f'all {total} global devices; pass --devices={total} or leave it out')
+  if is_writer():
+    log(f'distributed: {jax.process_count()} processes, {total} global devices '
+        f'({jax.local_device_count()} on this process, process {jax.process_index()})')
+  return dataclasses.replace(config, devices=total)
+
+
+def active() -> bool:
+  """Whether this run spans several processes (never starts JAX's backend on one)."""
+  return jax.distributed.is_initialized() and jax.process_count() > 1
+
+
+def is_writer() -> bool:
+  """Whether this process writes the run directory (process 0, or the only process)."""
+  return not active() or jax.process_index() == 0
+
+
+def barrier(name):
+  """Every process waits here for the others (a no-op on one process)."""
+  if active():
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)
+
+
+def _is_key(x):
+  return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def global_array(a, sharding):
+  """A global jax.Array with `sharding` from `a`, which every process holds whole and equal;
+  each process keeps only its devices' slices."""
+  if _is_key(a):
+    data = global_array(jax.random.key_data(a), sharding)
+    return jax.random.wrap_key_data(data, impl=jax.random.key_impl(a))
+  host = np.asarray(a)
+  return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
+def place(study):
+  """The study with state, data and inputs as global arrays over the client mesh (see the
+  module docstring); the study unchanged when the run is on one process.
+
+  Client tables split by client when the device count divides N, else stay replicated.
+  """
+  if not active():
+    return study
+  from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import engine  # pylint: disable=g-import-not-at-top
+  mesh = engine.client_mesh(study.config.devices)
+  replicated = NamedSharding(mesh, P())
+  num_clients = study.data.client_count.shape[1]
+  rows = NamedSharding(mesh, P(None, 'clients')) if num_clients % mesh.size == 0 \
+      else replicated
+  everywhere = lambda tree: jax.tree.map(lambda a: global_array(a, replicated), tree)
+  state = everywhere(study.state._replace(clients=()))._replace(
+      clients=jax.tree.map(lambda a: global_array(a, rows), study.state.clients))
+  # Each run's own whole table is not needed again (only its shape, for the log): drop it.
+  experiments = [e._replace(state=e.state._replace(clients=jax.eval_shape(
+      lambda c: c, e.state.clients))) for e in study.experiments]
+  return study._replace(state=state, data=everywhere(study.data),
+                        inputs=everywhere(study.inputs), experiments=experiments)
+
+
+def segment_shardings(study):
+  """jit's out_shardings for the segment: the state keeps the shardings it came in with (so
+  each call's output is the next call's input), metrics replicated (every process reads
+  them). None on one process: XLA chooses, as before."""
+  if not active():
+    return None
+  from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import engine  # pylint: disable=g-import-not-at-top
+  replicated = NamedSharding(engine.client_mesh(study.config.devices), P())
+  return jax.tree.map(lambda a: a.sharding, study.state), replicated
+
+
+def to_host(tree):
+  """Replicated global arrays as numpy, read from this process's own copy (no collective),
+  so process 0 may use them alone; the tree unchanged on one process."""
+  return jax.tree.map(np.asarray, tree) if active() else tree
+
+
+def clients_split(state) -> bool:
+  """Whether the per-client tables are split across processes (for the log)."""
+  leaves = jax.tree.leaves(state.clients)
+  return bool(leaves) and not leaves[0].is_fully_replicated

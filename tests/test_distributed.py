@@ -1,0 +1,169 @@
+"""One simulation over two processes on localhost (jax.distributed, CPU, gloo collectives).
+
+Each test starts two Python processes (process 0 and 1, one CPU device each) on a free port,
+so the cohort is split over 2 global devices and per-client tables over the two processes.
+"""
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fedjax_drift
+from fedjax_drift import rundir
+from fedjax_drift.checkpoint import Checkpointer
+from helpers import tiny_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# argv: process id, port, run dir, algo, rounds, mode ('run', 'resume' or 'rows')
+SCRIPT = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
+    import numpy as np
+    import fedjax_drift
+    from helpers import tiny_config
+    pid, port, out, algo, rounds, mode = sys.argv[1:]
+    launch = dict(coordinator_address='localhost:' + port, num_processes=2,
+                  process_id=int(pid))
+    config = tiny_config({npz!r}, {parts!r}, algo=algo, model='mlp', clients_per_round=4,
+                         batch_size=4, local_steps=0, local_epochs=1, rounds=int(rounds),
+                         eval_every=2, out=out, save_params=out + '.npz', **launch)
+    if mode == 'resume':
+      fedjax_drift.resume(out, rounds=int(rounds), save_params=out + '.npz', **launch)
+    else:
+      fedjax_drift.run(config)
+    if mode == 'rows':  # the checkpointed client table as this process holds it
+      import jax
+      from fedjax_drift import distributed
+      from fedjax_drift.checkpoint import Checkpointer
+      study = distributed.place(fedjax_drift.build(distributed.setup(config)))
+      state, _ = Checkpointer(out).restore(study.state)
+      rows = {{}}
+      for i, leaf in enumerate(jax.tree.leaves(state.clients)):
+        (shard,) = leaf.addressable_shards
+        assert shard.data.shape[1] == leaf.shape[1] // 2, (shard.data.shape, leaf.shape)
+        rows[f'{{i}}'] = np.asarray(shard.data)
+        rows[f'{{i}}_start'] = np.int64(shard.index[1].start)
+      np.savez(out + f'.rows{{pid}}.npz', **rows)
+    print('OK', pid)
+''')
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    return s.getsockname()[1]
+
+
+def _launch(tiny_npz, parts, out, algo, rounds, mode='run'):
+  """Runs SCRIPT as process 0 and 1; returns [(returncode, stdout, stderr)] of each."""
+  code = SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, 'tests'), npz=tiny_npz, parts=parts)
+  port = str(_free_port())
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)  # one CPU device per process
+  procs = [subprocess.Popen([sys.executable, '-c', code, str(i), port, str(out), algo,
+                             str(rounds), mode], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+  results = []
+  try:
+    for p in procs:
+      results.append(p.communicate(timeout=600))
+  finally:
+    for p in procs:  # only ours, by handle
+      if p.poll() is None:
+        p.kill()
+        p.communicate()
+  return [(p.returncode,) + r for p, r in zip(procs, results)]
+
+
+def _two_processes(tiny_npz, parts, out, algo, rounds, mode='run'):
+  """Runs SCRIPT as process 0 and 1; asserts both finish; returns their stdout."""
+  results = _launch(tiny_npz, parts, out, algo, rounds, mode)
+  for i, (code, stdout, stderr) in enumerate(results):
+    assert code == 0 and f'OK {i}' in stdout, f'process {i}:\n{stderr[-3000:]}'
+  return [r[1] for r in results]
+
+
+def test_every_process_refuses_a_taken_out(tiny_npz, unequal_partition, tmp_path):
+  """--out holding someone else's file: both processes refuse before anything is written."""
+  out = tmp_path / 'taken'
+  out.mkdir()
+  (out / 'notes.txt').write_text('mine')
+  for code, _, stderr in _launch(tiny_npz, unequal_partition, out, 'fedavg', 2):
+    assert code != 0 and 'already exists; pass --overwrite' in stderr, stderr[-2000:]
+  assert os.listdir(out) == ['notes.txt']
+
+
+def _params(path):
+  with np.load(path) as f:
+    return {k: f[k] for k in f.files}
+
+
+def _assert_close(a, b, tol):
+  assert sorted(a) == sorted(b)
+  for name in a:
+    np.testing.assert_allclose(a[name], b[name], rtol=tol, atol=tol, err_msg=name)
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one(tiny_npz, unequal_partition, tmp_path):
+  """SCAFFOLD (a per-client table, split over the processes) on 2 processes x 1 device gives
+  the final parameters of 1 process x 1 device; process 0 alone writes the run directory."""
+  outputs = _two_processes(tiny_npz, unequal_partition, tmp_path / 'two', 'scaffold', 4)
+  assert 'distributed: 2 processes, 2 global devices' in outputs[0]
+  assert 'fedjax-drift' not in outputs[1] and 'done:' not in outputs[1]  # process 1 is quiet
+  fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, algo='scaffold', model='mlp',
+                               clients_per_round=4, batch_size=4, local_steps=0,
+                               local_epochs=1, rounds=4, eval_every=2,
+                               out=str(tmp_path / 'one'), save_params=str(tmp_path / 'one.npz')),
+                   log=lambda *a: None)
+  _assert_close(_params(tmp_path / 'two.npz'), _params(tmp_path / 'one.npz'), 1e-5)
+  saved = rundir.read_run_config(str(tmp_path / 'two'))
+  assert saved['devices'] == 2 and saved['_resolved']['num_clients'] == 4
+  assert {'summary.json', 'metrics.csv', 'runs.csv'} <= set(os.listdir(tmp_path / 'two'))
+
+
+@pytest.mark.slow
+def test_split_table_round_trips_through_a_checkpoint(tiny_npz, unequal_partition, tmp_path):
+  """A SCAFFOLD table split over two processes is checkpointed (each process writes its rows),
+  read back split the same way and whole by one process, and a two-process resume from
+  round 2 to 4 equals an uninterrupted two-process run of 4 rounds."""
+  out = tmp_path / 'run'
+  _two_processes(tiny_npz, unequal_partition, out, 'scaffold', 2, mode='rows')
+  # One process reads the same checkpoint whole: the rows each process held, side by side.
+  exp_config = tiny_config(tiny_npz, unequal_partition, algo='scaffold', model='mlp',
+                           clients_per_round=4, batch_size=4, local_steps=0, local_epochs=1)
+  study = fedjax_drift.build(exp_config)
+  whole, _ = Checkpointer(str(out)).restore(study.state)
+  import jax  # pylint: disable=g-import-not-at-top
+  for i, leaf in enumerate(jax.tree.leaves(whole.clients)):
+    parts = []
+    for pid in range(2):
+      with np.load(f'{out}.rows{pid}.npz') as rows:
+        parts.append((int(rows[f'{i}_start']), rows[f'{i}']))
+    joined = np.concatenate([p for _, p in sorted(parts, key=lambda t: t[0])], axis=1)
+    np.testing.assert_array_equal(joined, np.asarray(leaf))
+  assert np.any(np.abs(np.asarray(jax.tree.leaves(whole.clients)[0])) > 0)  # trained rows
+  _two_processes(tiny_npz, unequal_partition, out, 'scaffold', 4, mode='resume')
+  _two_processes(tiny_npz, unequal_partition, tmp_path / 'straight', 'scaffold', 4)
+  _assert_close(_params(f'{out}.npz'), _params(tmp_path / 'straight.npz'), 1e-6)
+
+
+def test_launch_flags_checked_and_off_by_default(monkeypatch):
+  """One process by default (JAX untouched); contradictory launch flags are refused."""
+  from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
+  for name in ('SLURM_JOB_ID', 'OMPI_MCA_orte_hnp_uri', 'OMPI_COMM_WORLD_SIZE'):
+    monkeypatch.delenv(name, raising=False)
+  assert not distributed.wanted(fedjax_drift.Config())
+  assert distributed.wanted(fedjax_drift.Config(num_processes=2, process_id=1,
+                                                coordinator_address='localhost:1'))
+  assert distributed.wanted(fedjax_drift.Config(distributed='on'))
+  for bad, says in ((dict(distributed='off', num_processes=2), 'contradicts'),
+                    (dict(num_processes=2, process_id=2), 'must be below'),
+                    (dict(num_processes=-1), 'must be >= 1')):
+    with pytest.raises(fedjax_drift.UserError, match=says):
+      distributed.wanted(fedjax_drift.Config(**bad))
