@@ -116,12 +116,10 @@ def test_igfl_is_mcmahans_cifar_cnn_at_section_5_1():
   assert seen == {(1, 1.0), (5, 1.0), (1, 0.1), (5, 0.1)}
 
 
-def test_doc_is_current_and_self_contained():
+def test_doc_is_current():
+  # (That nothing points outside the repository is test_readme's check, for every file.)
   with open(presets.DOC) as f:
     assert f.read() == presets.document(), 'run: python experiments/presets.py all --write_doc'
-  for path in (presets.DOC, presets.__file__):
-    with open(path) as f:
-      assert '../shared' not in f.read()
 
 
 def test_run_metrics_as_the_papers_report_them():
