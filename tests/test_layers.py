@@ -40,9 +40,47 @@ def test_conv2d_forward_and_gradients_match_lax_conv(k, c_in, padding, impl):
   chex.assert_trees_all_close(ours, ref, **TOL)
 
 
-def test_max_pool_2x2_matches_flax():
+@pytest.mark.parametrize('ties', [False, True])
+def test_max_pool_2x2_matches_flax_in_value_and_gradient(ties):
   x = jax.random.normal(jax.random.key(1), (2, 9, 8, 3))  # odd height: the last row dropped
-  chex.assert_trees_all_close(layers.max_pool_2x2(x), nn.max_pool(x, (2, 2), (2, 2)))
+  if ties:  # whole windows and pairs of equal values: the gradient goes to the first maximum
+    x = jnp.round(x)
+  cot = jax.random.normal(jax.random.key(2), (2, 4, 4, 3))
+
+  @jax.jit
+  def both(x):
+    ours = jax.value_and_grad(lambda x: jnp.sum(layers.max_pool_2x2(x) * cot))(x)
+    ref = jax.value_and_grad(lambda x: jnp.sum(nn.max_pool(x, (2, 2), (2, 2)) * cot))(x)
+    return ours, ref
+
+  ours, ref = both(x)
+  chex.assert_trees_all_close(ours, ref)
+
+
+@pytest.mark.parametrize('k,c_in,padding', [(5, 1, 'SAME'), (3, 3, 'SAME'), (4, 2, 'SAME'),
+                                            (3, 1, 'VALID')])
+def test_few_channel_conv_matches_lax_and_is_used_for_image_layers(k, c_in, padding):
+  """The small-C_in im2col (transposed patches) against lax.conv, then pooled as in the
+  models, in value and gradients."""
+  kx, kw, kg = jax.random.split(jax.random.key(3), 3)
+  x = jax.random.normal(kx, (3, 10, 11, c_in))
+  kernel = jax.random.normal(kw, (k, k, c_in, 8)) / k
+  ours_fn = lambda x, w: layers.max_pool_2x2(layers.conv2d_few_channels(x, w, padding))
+  ref_fn = lambda x, w: nn.max_pool(_reference_conv(x, w, padding), (2, 2), (2, 2))
+  cot = jax.random.normal(kg, jax.eval_shape(ref_fn, x, kernel).shape)
+
+  @jax.jit
+  def both(x, kernel):
+    run = lambda f: jax.value_and_grad(lambda x, w: jnp.sum(f(x, w) * cot), (0, 1))(x, kernel)
+    return (run(ours_fn), run(ref_fn), layers.conv2d_few_channels(x, kernel, padding),
+            _reference_conv(x, kernel, padding))
+
+  ours, ref, out, ref_out = both(x, kernel)
+  chex.assert_trees_all_close(out, ref_out, **TOL)
+  chex.assert_trees_all_close(ours, ref, **TOL)
+  eqns = jax.make_jaxpr(lambda x, w: layers.conv2d(x, w, padding, 'im2col'))(x, kernel).eqns
+  dots = [e.params['dimension_numbers'][0] for e in eqns if e.primitive.name == 'dot_general']
+  assert dots == [((0,), (0,))]  # conv2d takes this path: transposed patches' axis 0
 
 
 # Small images keep compilation short; the layers do not depend on the size.

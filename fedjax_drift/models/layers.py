@@ -4,7 +4,10 @@ On this CPU, autodiff of `lax.conv_general_dilated` inside loops is about 28x sl
 for the kernel gradient, and flax's max-pool backward is slow. So convolutions are im2col
 (shifted slices, concatenated) followed by one matmul, and 2x2 max-pooling is the max of four
 strided slices. Both are exact re-expressions of the usual ops (tests/test_layers.py checks them
-against lax.conv and nn.max_pool), and their gradients are only slices, pads and GEMMs.
+against lax.conv and nn.max_pool), and their gradients are only slices, pads and GEMMs. Two
+refinements came from profiling the MNIST CNN's round op by op: the pooling has a custom VJP
+(masks, no recomputed maxima), and image layers with 1-3 channels build their patches
+transposed (`conv2d_few_channels`).
 
 On GPU and TPU the native convolution (cuDNN, the TPU's MXU) is the better choice, so the
 convolution is selectable (`--conv_impl`):
@@ -63,11 +66,78 @@ def im2col(x, kernel_size, padding):
 
 
 def max_pool_2x2(x):
-  """2x2/stride-2 max-pooling (VALID) as the max of four strided slices."""
+  """2x2/stride-2 max-pooling (VALID) of [N, H, W, C] as the max of four strided slices.
+
+  The gradient goes to the first maximal element of each window (as lax.reduce_window's and
+  torch's do). Autodiff of the maxima would split ties and recompute the maxima, compares and
+  divisions in the backward pass; the custom VJP keeps three masks from the forward pass and
+  interleaves the gradient back with one stack, no pads or adds (profiled: the autodiff
+  backward was the most expensive elementwise op of the MNIST CNN's conv1).
+  """
   h, w = x.shape[1] // 2 * 2, x.shape[2] // 2 * 2
-  x = x[:, :h, :w, :]
-  return jnp.maximum(jnp.maximum(x[:, 0::2, 0::2], x[:, 0::2, 1::2]),
-                     jnp.maximum(x[:, 1::2, 0::2], x[:, 1::2, 1::2]))
+  return _max_pool_2x2(x[:, :h, :w, :])
+
+
+def _window(x):
+  return x[:, 0::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 0::2], x[:, 1::2, 1::2]
+
+
+@jax.custom_vjp
+def _max_pool_2x2(x):
+  a, b, c, d = _window(x)
+  return jnp.maximum(jnp.maximum(a, b), jnp.maximum(c, d))
+
+
+def _max_pool_fwd(x):
+  a, b, c, d = _window(x)
+  # Which element is the first maximum, from comparisons among the four (never `a == max`:
+  # XLA may recompute a fused producer in another fusion, not always bit for bit).
+  first_a = (a >= b) & (a >= c) & (a >= d)
+  first_b = ~first_a & (b >= c) & (b >= d)
+  first_c = ~(first_a | first_b) & (c >= d)
+  m = jnp.where(first_a, a, jnp.where(first_b, b, jnp.where(first_c, c, d)))
+  return m, (first_a, first_b, first_c)
+
+
+def _max_pool_bwd(masks, g):
+  first_a, first_b, first_c = masks
+  zero = jnp.zeros_like(g)
+  ga, gb, gc = (jnp.where(m, g, zero) for m in masks)
+  gd = jnp.where(first_a | first_b | first_c, zero, g)
+  n, h, w, c = g.shape  # rows (a b / c d) interleaved back to [N, 2h, 2w, C]
+  full = jnp.stack([jnp.stack([ga, gb], 3), jnp.stack([gc, gd], 3)], 2)
+  return (full.reshape(n, 2 * h, 2 * w, c),)
+
+
+_max_pool_2x2.defvjp(_max_pool_fwd, _max_pool_bwd)
+
+
+def conv2d_few_channels(x, kernel, padding='SAME'):
+  """conv2d(x, kernel) by im2col for inputs with few channels (the image layer).
+
+  With C_in of 1-3, NHWC patches [B*H*W, k*k*C_in] are assembled a float or three at a time,
+  and the weight gradient P^T dY is a GEMM for which XLA:CPU transposes dY, fused with
+  whatever produced dY (the pooling backward): profiled as the costliest elementwise op of the
+  MNIST CNN. Here the patches are built transposed, P^T [k*k*C_in, B*H*W], each row a whole
+  shifted image plane (contiguous copies); the forward GEMM contracts their leading axis and
+  still writes NHWC, and the weight gradient P^T dY is a plain GEMM on dY as it comes.
+  """
+  k, _, c, f = kernel.shape
+  xt = jnp.transpose(x, (3, 0, 1, 2))  # [C, B, H, W]: a reshape when C = 1
+  if padding == 'SAME':
+    lo = (k - 1) // 2
+    xt = jnp.pad(xt, ((0, 0), (0, 0), (lo, k - 1 - lo), (lo, k - 1 - lo)))
+  elif padding != 'VALID':
+    raise ValueError(f'padding must be SAME or VALID, got {padding}')
+  n, h, w = xt.shape[1], xt.shape[2] - k + 1, xt.shape[3] - k + 1
+  rows = jnp.stack([xt[ch, :, i:i + h, j:j + w]  # ordered (kh, kw, c) like an HWIO kernel
+                    for i in range(k) for j in range(k) for ch in range(c)])
+  y = jax.lax.dot_general(rows.reshape(k * k * c, n * h * w), kernel.reshape(k * k * c, f),
+                          (((0,), (0,)), ((), ())))
+  return y.reshape(n, h, w, f)
+
+
+SMALL_C_IN = 3  # up to this many input channels, im2col builds its patches transposed
 
 
 def conv2d(x, kernel, padding='SAME', impl='im2col'):
@@ -78,6 +148,8 @@ def conv2d(x, kernel, padding='SAME', impl='im2col'):
   if impl != 'im2col':
     raise ValueError(f'conv2d: impl must be im2col or lax, got {impl!r}')
   k, _, c, f = kernel.shape
+  if c <= SMALL_C_IN:
+    return conv2d_few_channels(x, kernel, padding)
   return im2col(x, k, padding) @ kernel.reshape(k * k * c, f)
 
 
