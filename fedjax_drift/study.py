@@ -186,7 +186,7 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
                     'so FedGKD-Vote\'s validation split cannot be held out of it')
   train_parts, test_parts, server_data = _partition(config, shared)
   model = models.get(config.model, ds.num_classes, ds.x_train.shape[1:], config.init,
-                     algorithms.projection_dim(config))
+                     algorithms.projection_dim(config), conv_impl=config.conv_impl)
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
   scenario = scenarios.from_config(config, ds)

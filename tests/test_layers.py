@@ -141,3 +141,12 @@ def test_unknown_conv_impl_is_a_user_error():
   with pytest.raises(UserError, match='--conv_impl'):
     config.Config(conv_impl='winograd').validate()
   assert config.Config().validate().conv_impl == 'auto'
+
+
+def test_conv_impl_flag_reaches_the_model(tiny_npz):
+  import fedjax_drift  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import study  # pylint: disable=g-import-not-at-top
+  for impl in ('im2col', 'lax'):
+    exp = study.prepare(fedjax_drift.Config(model='cnn_mnist', conv_impl=impl, num_clients=4,
+                                            clients_per_round=2, progress=False))
+    assert exp.model.conv_impl == impl
