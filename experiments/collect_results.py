@@ -2,7 +2,8 @@
 
     python experiments/collect_results.py [--notes=experiments/results/NOTES.md]
 
-The notes file (hand-written: how each ordering compares with the paper) is placed first.
+The notes file (hand-written: how each ordering compares with the paper) is placed first;
+other hand-written sections (experiments/results/*.md) come after the preset tables.
 """
 import argparse
 import glob
@@ -28,6 +29,9 @@ def main():
                                                                        '*.png')))
     if plots:
       parts.append('Plots: ' + ', '.join(f'[{p}]({rel}/{p})' for p in plots) + '\n')
+  for path in sorted(glob.glob(os.path.join(ROOT, 'results', '*.md'))):
+    if os.path.abspath(path) != os.path.abspath(args.notes):
+      parts.append(open(path).read())
   with open(os.path.join(ROOT, 'RESULTS.md'), 'w') as f:
     f.write('\n'.join(parts))
   print(f'wrote {os.path.join(ROOT, "RESULTS.md")}')
