@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = textwrap.dedent('''
@@ -31,6 +33,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # a subprocess with two forced host devices: minutes
 def test_two_devices_equal_one(tiny_npz, unequal_partition):
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
   code = SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, 'tests'), npz=tiny_npz,

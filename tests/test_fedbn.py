@@ -48,10 +48,10 @@ def test_norm_layers_stay_local(tiny_npz, unequal_partition):
   assert max(jax.tree.leaves(diff)) > 1e-4
 
 
-def test_fedbn_without_norm_layers_is_fedavg(tiny_npz, unequal_partition):
-  _, a = _run(tiny_npz, unequal_partition, algo='fedbn', model='mlp')
-  _, b = _run(tiny_npz, unequal_partition, algo='fedavg', model='mlp')
-  chex.assert_trees_all_close(a.params, b.params, atol=1e-6)
+def test_fedbn_without_norm_layers_is_refused(tiny_npz, unequal_partition):
+  # It would silently be FedAvg; a model without norm layers is a mistake worth naming.
+  with pytest.raises(fedjax_drift.UserError, match='--model=mlp has none'):
+    _run(tiny_npz, unequal_partition, algo='fedbn', model='mlp')
 
 
 def test_fedbn_vmap_equals_sequential(tiny_npz, unequal_partition):
