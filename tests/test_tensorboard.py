@@ -37,3 +37,15 @@ def test_writer_open_once_per_run(tmp_path):
   scalars = _read(str(tmp_path))
   assert list(scalars) == ['train_loss']  # non-finite values are left out
   assert [s for s, _ in scalars['train_loss']] == [1, 2, 3]
+
+
+def test_a_sweep_writes_one_event_directory_per_run(tiny_npz, tmp_path):
+  import fedjax_drift  # pylint: disable=g-import-not-at-top
+  fedjax_drift.run(fedjax_drift.Config(
+      dataset=f'npz:{tiny_npz}', model='logreg', num_clients=4, clients_per_round=2, rounds=2,
+      eval_every=1, batch_size=8, seeds=2, tensorboard=True, progress=False,
+      out=str(tmp_path / 'run')), log=lambda *_: None)
+  for r in (0, 1):
+    scalars = _read(str(tmp_path / 'run' / 'tensorboard' / f'run{r}'))
+    assert [s for s, _ in scalars['eval/test_accuracy']] == [0, 1, 2]
+    assert [s for s, _ in scalars['train/train_loss']] == [1, 2]
