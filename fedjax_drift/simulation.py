@@ -348,10 +348,14 @@ def _log_estimate(log, seconds_per_round, remaining):
 def _log_diverged(study, prog, r, log):
   spec, (rnd, client) = study.runs[r], prog.diverged[r]
   where = f', first at client {client}' if client >= 0 else ''
-  label = ', '.join([f'seed {spec.seed}'] + [f'{k}={v:g}' for k, v in spec.point.items()])
   if len(study.runs) > 1:
-    log(f'warning: run {r} ({label}) diverged in round {rnd}{where}; it is frozen there and '
-        'reported as diverged')
+    log(f'warning: run {r} ({_run_label(spec)}) diverged in round {rnd}{where}; it is frozen '
+        'there and reported as diverged')
+
+
+def _run_label(spec):
+  """'seed 0, lr=2.5': a run as the warnings name it."""
+  return ', '.join([f'seed {spec.seed}'] + [f'{k}={v:g}' for k, v in spec.point.items()])
 
 
 def _write_metrics(run_dir, prog):
@@ -541,9 +545,8 @@ def _report_end(study, summary, per_run, total_s, compile_s, log):
     raise DivergenceError(_divergence_message(study, bad, summary['run_dir']))
   if bad:
     log(f'warning: {len(bad)} of {len(per_run)} runs diverged: '
-        + '; '.join(f'run {r["run"]} (seed {r["seed"]}'
-                    + ''.join(f', {k}={r[k]:g}' for k in study.runs[0].point)
-                    + f') in round {r["diverged_round"]}' for r in bad))
+        + '; '.join(f'run {r["run"]} ({_run_label(study.runs[r["run"]])}) in round '
+                    f'{r["diverged_round"]}' for r in bad))
   return summary
 
 
