@@ -40,3 +40,23 @@ def unequal_partition(tmp_path_factory):
   path = tmp_path_factory.mktemp('parts') / 'parts.json'
   path.write_text(json.dumps([sorted(int(i) for i in p) for p in parts]))
   return str(path)
+
+
+@pytest.fixture(autouse=True)
+def hermetic_environment(tmp_path_factory, monkeypatch):
+  """Every test gets its own empty dataset cache, TFDS data dir and home, so nothing a user
+  has imported (or a populated ~/.cache) leaks into a test, and no test writes there.
+  Subprocesses inherit the environment, so the CLI runs the tests start are covered too."""
+  root = tmp_path_factory.mktemp('hermetic')
+  home = root / 'home'
+  home.mkdir()
+  monkeypatch.setenv('FEDJAX_DRIFT_CACHE', str(root / 'cache'))
+  monkeypatch.setenv('TFDS_DATA_DIR', str(root / 'tensorflow_datasets'))
+  monkeypatch.setenv('HF_DATASETS_CACHE', str(root / 'hf_datasets'))
+  monkeypatch.setenv('HF_HOME', str(root / 'hf_home'))
+  monkeypatch.setenv('HF_DATASETS_OFFLINE', '1')
+  monkeypatch.setenv('HF_HUB_OFFLINE', '1')
+  # matplotlib and JAX read their own config from HOME; keep their caches out of the user's.
+  monkeypatch.setenv('MPLCONFIGDIR', str(root / 'mpl'))
+  monkeypatch.setenv('HOME', str(home))
+  yield root

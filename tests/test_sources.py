@@ -134,3 +134,12 @@ def test_tfds_mock_data():
     ds = sources.load('tfds:mnist')
   assert ds.x_train.shape == (12, 28, 28, 1) and ds.x_train.dtype == np.uint8
   assert len(ds.y_test) == 12
+
+
+def test_tests_never_see_the_users_cache(tmp_path):
+  """The autouse hermetic fixture (conftest.py): each test has its own empty cache and home,
+  so a user's imported MNIST cannot satisfy `sources.load('mnist', None)` (issue 25)."""
+  cache = os.environ['FEDJAX_DRIFT_CACHE']
+  assert str(tmp_path.parent.parent) in cache or 'hermetic' in cache
+  assert not os.path.exists(sources.imported_path('mnist'))
+  assert os.path.expanduser('~') == os.environ['HOME'] and 'hermetic' in os.environ['HOME']

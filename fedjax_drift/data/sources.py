@@ -35,12 +35,23 @@ IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
 
 
 class Dataset(NamedTuple):
+  """A validated dataset. The optional fields describe structure beyond (x, y):
+
+  domains_train/domains_test: int32 domain id per example (multi-domain data, for
+    --partition=domains and per-domain evaluation); domain_names: one name per id.
+  groups: {column name: int32 id per training example} (natural partitions,
+    --partition=natural:COLUMN), e.g. {'client': ...} or {'writer': ...}.
+  """
   name: str
   x_train: np.ndarray
   y_train: np.ndarray
   x_test: np.ndarray
   y_test: np.ndarray
   num_classes: int
+  domains_train: np.ndarray = None
+  domains_test: np.ndarray = None
+  domain_names: tuple = ()
+  groups: dict = None
 
 
 def _read_idx(path, expected_ndim):
@@ -239,8 +250,12 @@ def _finite_float32(name, split, x):
   return cast
 
 
-def validate(name, x_train, y_train, x_test, y_test):
-  """Checks shapes, label range and finiteness; returns a Dataset with int32 labels."""
+def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains_test=None,
+             domain_names=(), groups=None):
+  """Checks shapes, label range and finiteness; returns a Dataset with int32 labels.
+
+  The optional structure (domain ids per split, group columns per training example) is
+  checked for length and integrality and carried as int32 (see `Dataset`)."""
   for split, x, y in (('train', x_train, y_train), ('test', x_test, y_test)):
     if x.ndim < 2:
       raise UserError(f'{name}: x_{split} must have a leading example axis, got shape {x.shape}')
@@ -272,5 +287,29 @@ def validate(name, x_train, y_train, x_test, y_test):
   if x_train.dtype != np.uint8:
     x_train, x_test = _finite_float32(name, 'x_train', x_train), _finite_float32(name, 'x_test',
                                                                                   x_test)
+  domains_train, domains_test = _check_domains(name, domains_train, domains_test, len(x_train),
+                                               len(x_test), domain_names)
+  groups = {k: _check_ids(name, f'{k}_train', v, len(x_train)) for k, v in (groups or {}).items()}
   return Dataset(name, x_train, y_train.astype(np.int32), x_test, y_test.astype(np.int32),
-                 num_classes)
+                 num_classes, domains_train, domains_test, tuple(domain_names), groups or None)
+
+
+def _check_ids(name, what, ids, n):
+  ids = np.asarray(ids)
+  if ids.shape != (n,):
+    raise UserError(f'{name}: {what} has shape {ids.shape}; expected one id per example ({n})')
+  if not np.issubdtype(ids.dtype, np.integer) or (n and ids.min() < 0):
+    raise UserError(f'{name}: {what} must hold integer ids >= 0')
+  return ids.astype(np.int32)
+
+
+def _check_domains(name, d_train, d_test, n_train, n_test, domain_names):
+  if d_train is None and d_test is None:
+    return None, None
+  if d_train is None or d_test is None:
+    raise UserError(f'{name}: domain ids need both d_train and d_test')
+  d_train = _check_ids(name, 'd_train', d_train, n_train)
+  d_test = _check_ids(name, 'd_test', d_test, n_test)
+  if domain_names and max(d_train.max(), d_test.max()) >= len(domain_names):
+    raise UserError(f'{name}: domain ids go beyond the {len(domain_names)} domain names')
+  return d_train, d_test
