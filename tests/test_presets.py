@@ -1,5 +1,6 @@
-"""experiments/presets.py: every preset is each paper's own set-up, cited; short mode cuts only
-what it says; a missing dataset is one line; one short preset runs end to end (slow)."""
+"""experiments/presets.py and its tables (experiments/presets/*.toml): every preset is each
+paper's own set-up, cited; short mode cuts only what it says; a missing dataset is one line;
+earlier results are not replaced without --overwrite; one short preset runs end to end (slow)."""
 import dataclasses
 import os
 import subprocess
@@ -36,6 +37,8 @@ def test_every_value_has_a_source(name):
   preset = presets.PRESETS[name]
   items = list(preset['setting'].values()) + [preset['seeds']] + list(preset['grid'].values())
   items += [x for scen in preset['scenarios'].values() for x in scen.values()]
+  items += [x for extra in preset['scenario_extra'].values()
+            for t in extra['methods'].values() for x in t.values()]
   items += [x for m in preset['methods'].values()
             for x in list(m.get('set', {}).values()) + list(m.get('grid', {}).values())]
   assert all(isinstance(src, str) and len(src) > 3 for _, src in items)
@@ -137,6 +140,18 @@ def test_missing_dataset_is_one_line(tmp_path):
   assert proc.returncode == 2
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and 'cifar10' in lines[0] and 'import' in lines[0], proc.stderr
+
+
+def test_earlier_results_are_not_replaced_without_overwrite(tmp_path):
+  (tmp_path / 'results.json').write_text('{}')
+  with pytest.raises(fedjax_drift.UserError, match='--overwrite'):
+    presets.check_out(str(tmp_path), overwrite=False)
+  presets.check_out(str(tmp_path), overwrite=True)
+  committed = os.path.join(presets.COMMITTED, 'igfl-short')
+  if os.path.exists(os.path.join(committed, 'results.json')):
+    with pytest.raises(fedjax_drift.UserError, match='committed'):
+      presets.check_out(committed, overwrite=False)
+  assert not presets.default_out('igfl', 'short').startswith(presets.COMMITTED)
 
 
 @pytest.mark.slow
