@@ -8,6 +8,10 @@ MODEL_SUMMARIES = {  # models built by a function rather than a documented class
     'resnet8': 'CIFAR ResNet-8 with GroupNorm (FedGKD): 3 stages of one block',
     'resnet18': 'the ResNet-18 layout on 32x32 inputs, GroupNorm',
     'resnet20': 'He et al.\'s CIFAR ResNet-20, GroupNorm',
+    # Docstrings whose first sentence is too long or holds an abbreviation ("App. D").
+    'resnet20_bn': 'He et al.\'s CIFAR ResNet-20 with BatchNorm, option A shortcuts (FedFOR)',
+    'cnn_mcmahan_cifar': 'McMahan et al.\'s (2017) CIFAR-10 CNN from the TensorFlow tutorial '
+                         '(IGFL)',
 }
 PARTITION_SUMMARIES = {
     'iid': 'uniformly at random',

@@ -31,10 +31,35 @@ class Config:
   model: str = _f('cnn_mnist', 'network', group='model')
   init: str = _f('default', 'parameter init: default (flax) or zeros', ('default', 'zeros'),
                  group='model')
+  gn_groups: int = _f(0, 'GroupNorm models (resnet8/18/20, resnet50_gn): groups per layer; '
+                      '0 = the model\'s rule (exclusive with --gn_group_size)', group='model')
+  gn_group_size: int = _f(0, 'GroupNorm models: channels per group; 0 = use --gn_groups',
+                          group='model')
+  projection_hidden: int = _f(0, 'projection head (MOON, FedGKD+) hidden width; 0 = the base '
+                              'model\'s feature width, as the MOON and FedGKD code (earlier '
+                              'versions used --moon_projection_dim, 256)', group='model')
+  dropout: float = _f(-1.0, 'dropout rate of models with dropout (cnn_emnist): -1 = the '
+                      'model\'s own, 0 = off, p = every dropout layer p', group='model')
   # Data and its split across clients.
   dataset: str = _f('embedded', 'examples to train and test on', group='data')
   data_dir: str = _f('', 'directory (or file) holding the dataset\'s files; default: the '
                      'copy imported with `fedjax-drift-data import`', group='data')
+  cifar100_labels: str = _f('fine', 'cifar100: the 100 fine classes or the 20 coarse '
+                            'superclasses', ('fine', 'coarse'), group='data')
+  emnist_split: str = _f('byclass', 'emnist: which EMNIST split (byclass: 62 classes, as IGFL; '
+                         '--dataset=emnist_SPLIT says the same)',
+                         ('byclass', 'bymerge', 'balanced', 'letters', 'digits', 'mnist'),
+                         group='data')
+  image_size: int = _f(0, 'resize images to NxN when reading tfds:, hf: or domainnet/digits5 '
+                       'files in place; 0 = the dataset\'s own size (domainnet: 64, FedBN '
+                       'uses 256; digits5: 28)', group='data')
+  digits5_parts: int = _f(1, 'digits5: FedBN train parts per domain (743 images each); FedBN\'s '
+                          '--percent=0.1 is 1, 1.0 is 10', group='data')
+  hf_image_column: str = _f('', 'hf: the image column; empty = the Image feature', group='data')
+  hf_label_column: str = _f('', 'hf: the label column; empty = the ClassLabel feature',
+                            group='data')
+  hf_train_split: str = _f('train', 'hf: the split to train on', group='data')
+  hf_test_split: str = _f('test', 'hf: the split to test on', group='data')
   partition: str = _f('dirichlet', 'how training examples are split across clients',
                       group='data')
   classes_per_client: int = _f(2, 'shards: labels per client (s)', group='data')
@@ -70,6 +95,30 @@ class Config:
   local_momentum: float = _f(0.0, 'local SGD momentum', group='local training')
   weight_decay: float = _f(0.0, 'L2 weight decay added to the local gradient',
                            group='local training')
+  # The training pipeline (data/pipeline.py); every default leaves it as it was before.
+  local_optimizer: str = _f('sgd', 'local optimizer (state reset every round); adam takes '
+                            '--lr, --adam_b1, --adam_b2, --adam_eps and --weight_decay as L2',
+                            ('sgd', 'adam'), group='local training')
+  adam_b1: float = _f(0.9, '--local_optimizer=adam: first-moment decay', group='local training')
+  adam_b2: float = _f(0.999, '--local_optimizer=adam: second-moment decay',
+                      group='local training')
+  adam_eps: float = _f(1e-8, '--local_optimizer=adam: epsilon', group='local training')
+  clip_grad_norm: float = _f(0.0, 'clip each local gradient to this global L2 norm (0 = off; '
+                             'the FedGKD code uses 10)', group='local training')
+  augment: str = _f('none', 'training-batch augmentation: crop_flip = random crop with '
+                    '--augment_pad zero padding + horizontal flip (CIFAR); flip_rotate = '
+                    'horizontal flip + rotation within +-(--augment_degrees) (FedBN DomainNet)',
+                    ('none', 'crop_flip', 'flip_rotate'), group='local training')
+  augment_pad: int = _f(4, '--augment=crop_flip: zero padding on each side', group='local training')
+  augment_degrees: float = _f(30.0, '--augment=flip_rotate: largest rotation in degrees',
+                              group='local training')
+  normalize: str = _f('none', 'per_channel: standardise inputs (training and evaluation) with '
+                      'the training images\' per-channel mean and std',
+                      ('none', 'per_channel'), group='local training')
+  normalize_mean: str = _f('', 'explicit per-channel means, e.g. 0.4914,0.4822,0.4465 (with '
+                           '--normalize_std; inputs on the [0, 1] scale)', group='local training')
+  normalize_std: str = _f('', 'explicit per-channel stds (with --normalize_mean)',
+                          group='local training')
   # Server.
   server_lr: float = _f(1.0, 'server learning rate (alpha)', group='server')
   weighting: str = _f('auto', 'aggregation weights p_i: auto = each algorithm\'s own box (uniform '
@@ -86,6 +135,10 @@ class Config:
   phi: float = _f(0.9, 'FedADC double momentum: local EMA coefficient', group='algorithm')
   kd_lambda: float = _f(0.35, 'FedADC+ self-confidence distillation weight lambda',
                         group='algorithm')
+  kd_tau2: bool = _f(False, 'multiply every KL distillation term (FedGKD*, FedADC+, FedNTD) '
+                     'by tau^2, as the FedGKD, CS-KD and FedNTD code do', group='algorithm')
+  gkd_loss: str = _f('kl', 'FedGKD distillation term: kl, or mse = mean squared difference of '
+                     'the logits (FedGKD Table 9)', ('kl', 'mse'), group='algorithm')
   kd_temperature: float = _f(1.0, 'distillation temperature tau (FedADC+, FedGKD)',
                              group='algorithm')
   for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)', group='algorithm')
@@ -163,6 +216,12 @@ class Config:
   # Evaluation and output.
   eval_every: int = _f(5, 'evaluate the global model every this many rounds', group='output')
   eval_batch_size: int = _f(1000, 'test examples per evaluation batch', group='output')
+  eval_protocol: str = _f('auto', 'global: the global model on the whole test set; fedbn: '
+                          'each client\'s own model (global weights + its local BatchNorm '
+                          'layers) on its own test split, accuracy = the mean over domains '
+                          '(FedBN); auto = fedbn when BatchNorm stays local and clients have '
+                          'test splits (--partition=domains or --test_partition=like_train)',
+                          ('auto', 'global', 'fedbn'), group='output')
   target_accuracy: float = _f(0.7, 'report the first round reaching this test accuracy',
                               group='output')
   out: str = _f('', 'run directory (default: runs/<algo>-<dataset>-<partition>-s<seed>-<time>)',
@@ -235,6 +294,17 @@ class Config:
         raise UserError(f'--{name}={value} must be a finite number >= 0')
     if self.moon_projection_dim < 1:
       raise UserError(f'--moon_projection_dim={self.moon_projection_dim} must be >= 1')
+    if self.image_size < 0 or not 1 <= self.digits5_parts <= 10:
+      raise UserError(f'--image_size={self.image_size} must be >= 0 and --digits5_parts='
+                      f'{self.digits5_parts} in 1..10')
+    for name in ('gn_groups', 'gn_group_size', 'projection_hidden'):
+      if getattr(self, name) < 0:
+        raise UserError(f'--{name}={getattr(self, name)} must be >= 0')
+    if self.gn_groups and self.gn_group_size:
+      raise UserError(f'--gn_groups={self.gn_groups} and --gn_group_size={self.gn_group_size} '
+                      'conflict: give only one of them')
+    if not (self.dropout == -1 or 0 <= self.dropout < 1):
+      raise UserError(f'--dropout={self.dropout} must be in [0, 1) (or -1 for the model\'s own)')
     if self.gkd_buffer < 1:
       raise UserError(f'--gkd_buffer={self.gkd_buffer} must be >= 1')
     if self.vote_val_size < 1:
@@ -245,6 +315,7 @@ class Config:
         raise UserError(f'--{name}={value} must be in [0, 1)')
     if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
       raise UserError(f'--weight_decay={self.weight_decay} must be >= 0')
+    self._validate_pipeline()
     if not 0 <= self.target_accuracy <= 1:
       raise UserError(f'--target_accuracy={self.target_accuracy} must be in [0, 1]')
     if self.local_steps > 0 and self.local_epochs > 0:
@@ -253,10 +324,13 @@ class Config:
     if self.clients_per_round > self.num_clients and not self.partition.startswith('file:'):
       raise UserError(f'--clients_per_round={self.clients_per_round} exceeds '
                       f'--num_clients={self.num_clients}')
-    if not (self.partition in PARTITIONS or self.partition.startswith('file:')):
+    if not (self.partition in PARTITIONS or self.partition.startswith('file:')
+            or self.partition.startswith('natural:')):
       raise UserError(f'--partition={self.partition} is unknown; use one of '
-                      f'{", ".join(PARTITIONS)} or file:PATH'
+                      f'{", ".join(PARTITIONS)}, file:PATH or natural:COLUMN'
                       f'{did_you_mean(self.partition, PARTITIONS)}')
+    if self.partition == 'natural:':
+      raise UserError('--partition=natural: needs a group column, e.g. natural:writer')
     if self.partition == 'shards' and self.classes_per_client < 1:
       raise UserError('--classes_per_client must be >= 1 with --partition=shards')
     for f in dataclasses.fields(self):
@@ -274,6 +348,40 @@ class Config:
     if self.save_params and not self.save_params.endswith('.npz'):
       raise UserError(f'--save_params={self.save_params} must end in .npz')
     return self
+
+  def _validate_pipeline(self):
+    """The training-pipeline flags (data/pipeline.py, algorithms/local.py)."""
+    if not (math.isfinite(self.clip_grad_norm) and self.clip_grad_norm >= 0):
+      raise UserError(f'--clip_grad_norm={self.clip_grad_norm} must be >= 0 (0 = off)')
+    if self.augment_pad < 0:
+      raise UserError(f'--augment_pad={self.augment_pad} must be >= 0')
+    if not 0 <= self.augment_degrees <= 180:
+      raise UserError(f'--augment_degrees={self.augment_degrees} must be in [0, 180]')
+    for name in ('adam_b1', 'adam_b2'):
+      if not 0 <= getattr(self, name) < 1:
+        raise UserError(f'--{name}={getattr(self, name)} must be in [0, 1)')
+    if not (math.isfinite(self.adam_eps) and self.adam_eps > 0):
+      raise UserError(f'--adam_eps={self.adam_eps} must be > 0')
+    if self.local_optimizer == 'adam' and self.local_momentum:
+      raise UserError(f'--local_momentum={self.local_momentum} is SGD\'s; with '
+                      '--local_optimizer=adam use --adam_b1')
+    if self.local_optimizer == 'adam' and self.algo == 'fedadc_dm':
+      raise UserError('--local_optimizer=adam does not combine with --algo=fedadc_dm, whose '
+                      'local double momentum is its own optimizer')
+    if bool(self.normalize_mean) != bool(self.normalize_std):
+      given = 'normalize_mean' if self.normalize_mean else 'normalize_std'
+      raise UserError(f'--{given} needs --normalize_{"std" if self.normalize_mean else "mean"} '
+                      'too')
+    for name in ('normalize_mean', 'normalize_std'):
+      for value in getattr(self, name).split(',') if getattr(self, name) else ():
+        try:
+          number = float(value)
+        except ValueError:
+          raise UserError(f'--{name}={getattr(self, name)} must be a comma list of '
+                          'numbers') from None
+        if not math.isfinite(number) or (name == 'normalize_std' and number <= 0):
+          raise UserError(f'--{name}={getattr(self, name)}: every value must be finite'
+                          f'{" and > 0" if name == "normalize_std" else ""}')
 
   def run_dir(self, timestamp: str) -> str:
     if self.out:

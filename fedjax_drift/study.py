@@ -24,6 +24,7 @@ import numpy as np
 from fedjax_drift import algorithms, engine, errors, models
 from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
 from fedjax_drift.data import domains, federated, partitions, scenarios, sources
+from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
 from fedjax_drift.state import ServerState
 
@@ -52,6 +53,7 @@ class Experiment(NamedTuple):
   strategy: str
   server_data: Any           # FedGKD-Vote's validation split, or None
   scenario: Any              # data/scenarios.Scenario
+  pipeline: Any = None       # data/pipeline.Pipeline: augmentation, normalisation, dropout
 
 
 class Study(NamedTuple):
@@ -93,24 +95,36 @@ def plan(config: Config) -> list:
 
 class _Shared(NamedTuple):
   dataset: sources.Dataset
-  domain_ids: Any
   x: jax.Array   # the training examples on the device, once for every run
+  norm: Any = None  # data/pipeline.Normalization (--normalize*), computed once, or None
 
 
 def _load(config) -> _Shared:
   algorithms.recipe(config)  # fail on a bad --algo / --local_terms before any work
-  domain_ids = None
-  if config.dataset == 'digits_domains':
-    # The domains are one fixed construction; the run seed drives the partition.
-    dataset, domain_ids, _ = domains.load_digits_domains(config.data_dir, seed=0)
-  else:
-    dataset = sources.load(config.dataset, config.data_dir or None)
-  if config.partition == 'domains' and domain_ids is None:
-    raise UserError('--partition=domains needs a multi-domain --dataset (digits_domains)')
-  return _Shared(dataset, domain_ids, jnp.asarray(dataset.x_train))
+  dataset = sources.load(config.dataset, config.data_dir or None,
+                         **sources.load_options(config))
+  _check_structure(config, dataset)
+  input_pipeline.check(config, dataset.x_train)
+  return _Shared(dataset, jnp.asarray(dataset.x_train),
+                 input_pipeline.normalization(config, dataset.x_train))
 
 
-def _validation_split(config, dataset):
+def _check_structure(config, dataset):
+  """The partitions that read a dataset's domain ids or group columns refuse one without."""
+  if config.partition == 'domains' and dataset.domains_train is None:
+    raise UserError(f'--partition=domains needs a dataset with domain ids; --dataset='
+                    f'{config.dataset} has none (multi-domain: digits5, domainnet, '
+                    'digits_domains, or an npz with d_train and d_test)')
+  if config.partition.startswith('natural:'):
+    column, have = config.partition[len('natural:'):], sorted(dataset.groups or {})
+    if column not in have:
+      raise UserError(f'--partition=natural:{column}: --dataset={config.dataset} has no group '
+                      f'column {column!r}; '
+                      + (f'it has {", ".join(have)}' if have else
+                         'it has none (an npz gives them as <column>_train arrays)'))
+
+
+def _validation_split(config, dataset, norm=None):
   """FedGKD-Vote's server validation split: --vote_val_size training examples, seeded.
 
   Returns (kept example indices, server_data or None). Clients are partitioned over the kept
@@ -133,7 +147,7 @@ def _validation_split(config, dataset):
       raise UserError(f'--vote_val_size={size} must be smaller than the {n} training examples')
     perm = rng.permutation(n)
     val, keep = perm[:size], np.sort(perm[size:])
-  server_data = {'x_val': federated.to_float(jnp.asarray(dataset.x_train[val])),
+  server_data = {'x_val': input_pipeline.preprocess(jnp.asarray(dataset.x_train[val]), norm),
                  'y_val': jnp.asarray(dataset.y_train[val])}
   return keep, server_data
 
@@ -141,10 +155,16 @@ def _validation_split(config, dataset):
 def _partition(config, shared):
   """(train parts as indices into the full training set, test parts or None, server data)."""
   ds = shared.dataset
-  keep, server_data = _validation_split(config, ds)
+  keep, server_data = _validation_split(config, ds, shared.norm)
+  test_parts = None
   if config.partition == 'domains':
-    parts = domains.domain_partition(shared.domain_ids[keep], config.num_clients,
-                                     np.random.default_rng(config.seed))
+    parts, test_parts, _ = domains.domain_partition(
+        ds.domains_train[keep], ds.domains_test, config.num_clients,
+        np.random.default_rng(config.seed))
+  elif config.partition.startswith('natural:'):
+    column = config.partition[len('natural:'):]
+    parts = partitions.natural(ds.groups[column][keep], config.num_clients,
+                               np.random.default_rng(config.seed), column)
   elif config.partition.startswith('file:'):
     parts = partitions.partition(config.partition, ds.y_train, config.num_clients, config.seed)
     keep = np.arange(len(ds.y_train))
@@ -157,8 +177,7 @@ def _partition(config, shared):
                     f'{len(parts)} clients of --partition={config.partition}')
   if config.cohort_sampler == 'cover_classes':
     _check_cover_possible(config, ds, parts)
-  test_parts = None
-  if config.test_partition == 'like_train':
+  if config.test_partition == 'like_train' and test_parts is None:  # domains: split by domain
     test_parts = partitions.partition_like(parts, ds.y_train, ds.y_test, config.seed,
                                            ds.num_classes)
   return parts, test_parts, server_data
@@ -186,7 +205,9 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
                     'so FedGKD-Vote\'s validation split cannot be held out of it')
   train_parts, test_parts, server_data = _partition(config, shared)
   model = models.get(config.model, ds.num_classes, ds.x_train.shape[1:], config.init,
-                     algorithms.projection_dim(config), conv_impl=config.conv_impl)
+                     algorithms.projection_dim(config), conv_impl=config.conv_impl,
+                     projection_hidden=config.projection_hidden, dropout=config.dropout,
+                     gn_groups=config.gn_groups, gn_group_size=config.gn_group_size)
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
   scenario = scenarios.from_config(config, ds)
@@ -204,11 +225,13 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
     raise UserError(f'--scenario=longtail_stateless draws new clients every round, so '
                     f'--algo={config.algo}\'s per-client state would never be used; pick a '
                     'stateless algorithm')
+  pipeline = input_pipeline.from_config(config, shared.norm, getattr(model, "has_dropout", False))
   round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
                                algorithms.weighting(config), chunk, config.cohort_sampler,
-                               config.devices, scenario)
+                               config.devices, scenario, pipeline)
   return Experiment(config, ds, train_parts, test_parts, model, algo, data, state, round_fn,
-                    schedule, max_local_steps, chunk, strategy, server_data, scenario)
+                    schedule, max_local_steps, chunk, strategy, server_data, scenario,
+                    pipeline)
 
 
 def _parallelism(config, model):
@@ -271,7 +294,8 @@ def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
     algo = algorithms.get(config.algo, config, exp.model, run_inputs['server_data'])
     round_fn = engine.make_round(algo, exp.schedule, max_local_steps, config.clients_per_round,
                                  algorithms.weighting(config), exp.chunk,
-                                 config.cohort_sampler, config.devices, exp.scenario)
+                                 config.cohort_sampler, config.devices, exp.scenario,
+                                 exp.pipeline)
     return round_fn(state, data._replace(client_index=index, client_count=count,
                                          label_hist=hist))
 

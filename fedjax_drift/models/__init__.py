@@ -1,4 +1,5 @@
 """Flax models and the pure functions the engine needs from them."""
+import inspect
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -7,7 +8,7 @@ import numpy as np
 
 from fedjax_drift.errors import UserError, did_you_mean
 from fedjax_drift.models import layers
-from fedjax_drift.models.zoo import MODELS, WithProjection
+from fedjax_drift.models.zoo import MODELS, WithProjection, takes_train
 
 
 class Model(NamedTuple):
@@ -15,24 +16,58 @@ class Model(NamedTuple):
   name: str
   family: str                                # 'dense' or 'conv'
   init: Callable[[jax.Array], Any]           # key -> params
-  apply: Callable[[Any, jax.Array], jax.Array]  # (params, x float32) -> logits
+  apply: Callable[[Any, jax.Array], jax.Array]  # (params, x float32) -> logits (evaluation)
   input_shape: tuple
   features: Callable = None  # (params, x) -> (logits, representation); the projection if any
-  # Training-mode forward: (params, x) -> (logits, new model state or None). Models with
-  # BatchNorm carry {'params', 'batch_stats'} as their "params" pytree; the new state holds
-  # the updated batch statistics, which local training writes back after each step.
+  # Training-mode forward: (params, x, rng=None) -> (logits, new model state or None). Models
+  # with BatchNorm carry {'params', 'batch_stats'} as their "params" pytree; the new state
+  # holds the updated batch statistics, which local training writes back after each step. rng
+  # (a PRNG key) feeds flax's 'dropout' collection: dropout is on only when it is given.
   train_apply: Callable = None
   has_state: bool = False
   conv_impl: str = 'im2col'  # how its convolutions are computed (models/layers.py)
+  # As train_apply with the representation: (params, x, rng=None) -> ((logits, z), state).
+  train_features: Callable = None
+  has_dropout: bool = False  # whether an rng given to train_apply changes anything
 
 
-def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_impl='auto'):
+# Options a constructor in zoo.MODELS may take, with the value that means "the model's own".
+OPTIONS = {'dropout': -1.0, 'gn_groups': 0, 'gn_group_size': 0}
+_OPTION_WHAT = {'dropout': 'dropout layers', 'gn_groups': 'GroupNorm layers',
+                'gn_group_size': 'GroupNorm layers'}
+
+
+def _options(name, ctor, **given):
+  """The keyword options to pass to model `name`'s constructor.
+
+  An option left at its OPTIONS value is not passed (the model's own choice); one given to a
+  model without such layers is a UserError naming the flag, except --dropout=0 (off is off).
+  """
+  accepted = inspect.signature(ctor).parameters
+  out = {}
+  for option, value in given.items():
+    if value == OPTIONS[option]:
+      continue
+    if option in accepted:
+      out[option] = value
+    elif not (option == 'dropout' and value == 0):
+      raise UserError(f'--{option}={value} does not apply: --model={name} has no '
+                      f'{_OPTION_WHAT[option]}')
+  return out
+
+
+def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_impl='auto',
+        projection_hidden=0, dropout=-1.0, gn_groups=0, gn_group_size=0):
   """Builds model `name` for inputs of `input_shape` (one example, no batch axis).
 
   projection_dim > 0 puts a projection head before the output layer (MOON, FedGKD+;
-  zoo.WithProjection); `features` then returns (logits, projection).
-  conv_impl (auto, im2col, lax; see models/layers.py) picks how convolutions are computed;
-  auto resolves now, for the default backend: im2col on CPU, lax.conv on GPU/TPU.
+  zoo.WithProjection); `features` then returns (logits, projection). projection_hidden is its
+  hidden width (0 = the base model's feature width). conv_impl (auto, im2col, lax; see
+  models/layers.py) picks how convolutions are computed; auto resolves now, for the default
+  backend: im2col on CPU, lax.conv on GPU/TPU. dropout (-1 = the model's rates, 0 = off, p =
+  every rate p), gn_groups and gn_group_size (GroupNorm groups, or channels per group; 0 = the
+  model's rule) are --dropout, --gn_groups and --gn_group_size, refused by models without such
+  layers. Models named *_bn have BatchNorm: their params are {'params', 'batch_stats'}.
   """
   if conv_impl not in layers.CONV_IMPLS:
     raise UserError(f'--conv_impl={conv_impl} is unknown; use one of '
@@ -43,16 +78,18 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
                     f'{did_you_mean(name, MODELS)}')
   if init not in ('default', 'zeros'):
     raise UserError(f'--init={init} is unknown; use default or zeros')
+  if projection_hidden < 0:
+    raise UserError(f'--projection_hidden={projection_hidden} must be >= 0')
   ctor, family = MODELS[name]
   if family == 'conv' and len(input_shape) != 3:
     raise UserError(f'--model={name} needs images [H, W, C]; the data has shape {input_shape}')
-  module = ctor(num_classes)
+  module = ctor(num_classes, **_options(name, ctor, dropout=dropout, gn_groups=gn_groups,
+                                        gn_group_size=gn_group_size))
+  has_dropout = 'dropout' in inspect.signature(ctor).parameters and dropout != 0
   if projection_dim:
-    module = WithProjection(module, projection_dim)
-
+    module = WithProjection(module, projection_dim, projection_hidden)
   has_state = name.endswith('_bn')
-  if has_state and projection_dim:
-    raise UserError(f'--model={name} (BatchNorm) does not combine with a projection head yet')
+  train_kwargs = {'train': True} if takes_train(module) else {}
 
   def scoped(fn):  # every trace of the module sees the chosen convolution
     def wrapped(*args, **kwargs):
@@ -81,14 +118,25 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
     return module.apply(variables(params), x, return_features=True)
 
   @scoped
-  def train_apply(params, x):
+  def train_forward(params, x, rng=None, return_features=False):
+    rngs = {'dropout': rng} if rng is not None else {}
     if not has_state:
-      return apply_fn(params, x), None
-    logits, updates = module.apply(params, x, train=True, mutable=['batch_stats'])
-    return logits, dict(updates)
+      return module.apply(variables(params), x, return_features=return_features, rngs=rngs,
+                          **train_kwargs), None
+    out, updates = module.apply(params, x, return_features=return_features, rngs=rngs,
+                                mutable=['batch_stats'], **train_kwargs)
+    return out, dict(updates)
 
+  def train_apply(params, x, rng=None):
+    return train_forward(params, x, rng)
+
+  def train_features(params, x, rng=None):
+    return train_forward(params, x, rng, return_features=True)
+
+  if gn_groups or gn_group_size:  # a grouping that does not divide fails now, not mid-run
+    jax.eval_shape(init_fn, jax.random.key(0))
   return Model(name, family, init_fn, apply_fn, tuple(input_shape), features_fn, train_apply,
-               has_state, conv_impl)
+               has_state, conv_impl, train_features, has_dropout)
 
 
 def num_params(params):
