@@ -11,6 +11,11 @@ default ~/.cache/fedjax_drift):
   cifar10               cifar-10-python.tar.gz (or cifar-10-batches-py/), cifar10-jpeg.tar.gz,
                         or a folder of {train,test}/<class>/*.jpg
   usps                  usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5, or usps.npz
+  digits5               FedBN's digit archive: MNIST/, SVHN/, USPS/, SynthDigits/, MNIST_M/,
+                        each with partitions/train_part{0..9}.pkl and test.pkl
+  domainnet             FedBN's DomainNet/{site}_{train,test}.pkl + the six DomainNet
+                        domains (DomainNet/{site}/ or DomainNet/{site}.zip), resized to
+                        --image_size (default 64; FedBN uses 256)
 --dataset=NAME names what a single DIR holds, when the folder name does not tell.
 Bad files end with one line naming the file, and exit code 2.
 """
@@ -20,7 +25,7 @@ import sys
 
 import numpy as np
 
-from fedjax_drift.data import formats, sources
+from fedjax_drift.data import formats, multidomain, sources
 from fedjax_drift.errors import UserError
 
 
@@ -48,34 +53,50 @@ def _found_in(dirpath, files, subdirs):
   return found
 
 
-def find(root):
-  """[(dataset, reader)] for every dataset found under `root`, in walk order."""
+def find(root, image_size=0):
+  """[(dataset, reader)] for every dataset found under `root`, in walk order; image_size
+  (0 = each dataset's default) is for datasets resized on import."""
   if not os.path.isdir(root):
     raise UserError(f'{root} is not a directory')
   found = []
   for dirpath, subdirs, files in os.walk(root):
     subdirs.sort()
     found += _found_in(dirpath, set(files), set(subdirs))
+    domains = multidomain.found_in(dirpath, set(files), set(subdirs), image_size)
+    if domains:  # do not walk DomainNet's image folders or the digit domains' own folders
+      found, subdirs[:] = found + domains, [d for d in subdirs if d not in multidomain.FOLDERS]
   return found
 
 
 def save(name, arrays):
   """Validates the arrays and writes them to sources.imported_path(name); returns the Dataset."""
-  ds = sources.validate(name, *arrays)
+  ds = arrays._replace(name=name) if isinstance(arrays, sources.Dataset) else sources.validate(
+      name, *arrays)
   path = sources.imported_path(name)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   tmp = f'{path}.tmp{os.getpid()}.npz'
-  np.savez(tmp, x_train=ds.x_train, y_train=ds.y_train, x_test=ds.x_test, y_test=ds.y_test)
+  np.savez(tmp, x_train=ds.x_train, y_train=ds.y_train, x_test=ds.x_test, y_test=ds.y_test,
+           **_structure_arrays(ds))
   os.replace(tmp, path)
   return ds
 
 
-def import_dir(root, dataset=''):
+def _structure_arrays(ds):
+  """A Dataset's domain ids, domain names and group columns as the cache npz stores them."""
+  out = {f'{k}_train': v for k, v in (ds.groups or {}).items()}
+  if ds.domains_train is not None:
+    out.update(d_train=ds.domains_train, d_test=ds.domains_test)
+  if ds.domain_names:
+    out['domain_names'] = np.asarray(ds.domain_names, str)
+  return out
+
+
+def import_dir(root, dataset='', image_size=0):
   """Imports every dataset found under `root` (all as `dataset`, if given); returns their names."""
   if dataset and dataset not in sources.IMPORTABLE:
     raise UserError(f'--dataset={dataset} cannot be imported; use one of '
                     f'{", ".join(sources.IMPORTABLE)}')
-  found = find(root)
+  found = find(root, image_size)
   if not found:
     raise UserError(f'found no dataset files under {root} (see `fedjax-drift-data --help`)')
   names = []
@@ -103,11 +124,13 @@ def main(argv=None):
   imp.add_argument('dir', metavar='DIR')
   imp.add_argument('--dataset', default='', help='what DIR holds: ' +
                    ', '.join(sources.IMPORTABLE))
+  imp.add_argument('--image_size', type=int, default=0, help='resize images to NxN on import '
+                   '(domainnet: default 64, FedBN uses 256; digits5: default 28)')
   commands.add_parser('list', help='show which datasets are imported, and where')
   args = parser.parse_args(argv)
   try:
     if args.command == 'import':
-      import_dir(args.dir, args.dataset)
+      import_dir(args.dir, args.dataset, args.image_size)
     else:
       list_imported()
   except UserError as e:

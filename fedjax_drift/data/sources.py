@@ -26,10 +26,21 @@ DATASETS = {
     'usps': 'USPS 16x16 digits: usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5 or usps.npz, or imported',
     'digits_domains': 'six digit domains from MNIST and USPS (covariate shift, '
                       '--partition=domains)',
-    'npz:PATH': 'any .npz with x_train, y_train, x_test, y_test',
-    'tfds:NAME': 'a TensorFlow Datasets dataset (downloaded once, needs internet)',
+    'digits5': 'FedBN\'s five digit domains (MNIST, SVHN, USPS, SynthDigits, MNIST-M), 28x28x3, '
+               'domain ids; FedBN\'s digit archive, imported once',
+    'domainnet': 'FedBN\'s 10-class DomainNet subset, 6 domains, domain ids; FedBN\'s split '
+                 'files + DomainNet images, imported once at --image_size (default 64)',
+    'npz:PATH': 'any .npz with x_train, y_train, x_test, y_test (optional d_train, d_test, '
+                'domain_names, <column>_train)',
+    'tfds:NAME': 'a TensorFlow Datasets dataset (downloaded once, needs internet); '
+                 'tfds:domainnet = its six domains with domain ids',
+    'hf:NAME[:CONFIG]': 'a Hugging Face `datasets` dataset, offline: hf:DIR (save_to_disk) '
+                        'or NAME from the local cache (pip install fedjax-drift[hf])',
 }
-IMPORTABLE = ('mnist', 'fashion_mnist', 'cifar10', 'usps')
+IMPORTABLE = ('mnist', 'fashion_mnist', 'cifar10', 'usps', 'digits5', 'domainnet')
+# Config fields that reach the loaders (sources.load's keyword options).
+LOAD_OPTIONS = ('image_size', 'digits5_parts', 'hf_image_column', 'hf_label_column',
+                'hf_train_split', 'hf_test_split')
 IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
              't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 
@@ -198,29 +209,44 @@ def load_cifar10_jpeg(data_dir):
   return out['x_train'], out['y_train'], out['x_test'], out['y_test']
 
 
-def load_tfds(name, data_dir=None):
-  """A TFDS dataset through `tfds.data_source` (random access, numpy; no TensorFlow needed)."""
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  arrays = []
-  for split in ('train', 'test'):
-    try:
-      source = tfds.data_source(name, split=split, data_dir=data_dir)
-    except Exception as e:
-      raise UserError(f'--dataset=tfds:{name}: TFDS could not load split {split!r}: '
-                      f'{str(e).splitlines()[0] if str(e) else type(e).__name__}') from None
-    examples = [source[i] for i in range(len(source))]
-    image_key = 'image' if 'image' in examples[0] else 'features'
-    arrays.append(np.stack([np.asarray(e[image_key]) for e in examples]))
-    arrays.append(np.asarray([int(e['label']) for e in examples]))
-  return arrays[0], arrays[1], arrays[2], arrays[3]
+def load_options(config):
+  """{option: value} of the Config fields in LOAD_OPTIONS, for load(..., **options)."""
+  return {k: getattr(config, k) for k in LOAD_OPTIONS if hasattr(config, k)}
 
 
-def load(dataset, data_dir=None):
-  """Loads `dataset` (a name from the CLI's --dataset) into a validated `Dataset`."""
+def npz_structure(path):
+  """The optional structure arrays of an npz (an imported cache or npz:PATH), as validate's
+  keywords: d_train/d_test (domain ids), domain_names, and <column>_train (group ids)."""
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      out = {}
+      if 'd_train' in f or 'd_test' in f:
+        out['domains_train'] = f['d_train'] if 'd_train' in f else None
+        out['domains_test'] = f['d_test'] if 'd_test' in f else None
+      if 'domain_names' in f:
+        out['domain_names'] = tuple(str(n) for n in f['domain_names'])
+      groups = {k[:-len('_train')]: f[k] for k in f.files
+                if k.endswith('_train') and k not in ('x_train', 'y_train', 'd_train')}
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(f'cannot read {path} as npz: {e}') from None
+  return dict(out, groups=groups) if groups else out
+
+
+def load(dataset, data_dir=None, **options):
+  """Loads `dataset` (a name from the CLI's --dataset) into a validated `Dataset`.
+
+  options: the LOAD_OPTIONS flags (image_size, hf_* ...); each loader takes the ones it uses."""
+  from fedjax_drift.data import hub, multidomain  # pylint: disable=g-import-not-at-top
+  structure = {}
   if dataset == 'embedded':
     arrays = load_npz(EMBEDDED_PATH)
+  elif dataset in multidomain.DATASETS:
+    return multidomain.load(dataset, data_dir, **options)
+  elif dataset.startswith(('tfds:', 'hf:')):
+    return hub.load(dataset, data_dir, **options)
   elif dataset in IMPORTABLE and not data_dir:
     arrays = load_imported(dataset)
+    structure = npz_structure(imported_path(dataset))
   elif dataset in ('mnist', 'fashion_mnist'):
     arrays = read_idx_dir(data_dir)
   elif dataset == 'cifar10':
@@ -229,12 +255,11 @@ def load(dataset, data_dir=None):
     arrays = load_usps(data_dir)
   elif dataset.startswith('npz:'):
     arrays = load_npz(dataset[4:])
-  elif dataset.startswith('tfds:'):
-    arrays = load_tfds(dataset[5:], data_dir)
+    structure = npz_structure(dataset[4:])
   else:
     raise UserError(f'--dataset={dataset} is unknown; use one of {", ".join(DATASETS)}'
                     f'{did_you_mean(dataset, [d for d in DATASETS if d.islower()])}')
-  return validate(dataset, *arrays)
+  return validate(dataset, *arrays, **structure)
 
 
 def _finite_float32(name, split, x):

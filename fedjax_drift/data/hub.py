@@ -1,0 +1,247 @@
+"""Datasets from the hubs: TensorFlow Datasets (`tfds:NAME`) and Hugging Face `datasets`
+(`hf:NAME[:CONFIG]` or `hf:DIR`), read into a validated Dataset of uint8 NHWC images.
+
+Images of different sizes are resized to --image_size x --image_size (PIL bilinear); a
+dataset mixing grey and colour images becomes RGB (grey planes repeated). Images stream one
+at a time into a preallocated array (data.images.ImageStack).
+
+TFDS reads through `tfds.data_source` (random access, ArrayRecord files, no TensorFlow needed
+to read); preparing a dataset the first time downloads it, and most builders need TensorFlow
+for that (README, "Getting real data"). `tfds:domainnet` joins TFDS's six DomainNet configs
+(domainnet/clipart ... domainnet/sketch, 345 classes) with one domain id per config.
+
+Hugging Face datasets are read offline only: from a folder written by `save_to_disk`, or from
+the local `datasets` cache; nothing is downloaded (HF_DATASETS_OFFLINE / HF_HUB_OFFLINE).
+Integer and string columns other than the image and label become Dataset.groups (dense ids
+0..k-1 in sorted order of the values), e.g. a writer id for --partition=natural:writer_id.
+"""
+import contextlib
+import os
+
+import numpy as np
+
+from fedjax_drift.data import images, multidomain, sources
+from fedjax_drift.errors import UserError
+
+TFDS_DOMAINNET = tuple(f'domainnet/{site}' for site in multidomain.DOMAINNET_SITES)
+
+
+def load(dataset, data_dir=None, image_size=0, hf_image_column='', hf_label_column='',
+         hf_train_split='train', hf_test_split='test', **_):
+  """`tfds:NAME` or `hf:...` (the --dataset value) -> a validated Dataset."""
+  if dataset.startswith('tfds:'):
+    return load_tfds(dataset[len('tfds:'):], data_dir, image_size)
+  return load_hf(dataset[len('hf:'):], data_dir, image_size, hf_image_column, hf_label_column,
+                 (hf_train_split, hf_test_split))
+
+
+def _first_line(e):
+  return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _stream(n, get, size, where):
+  """(x [n, ...], y [n] int64) from get(i) -> (image, label), through an ImageStack; features
+  that are not uint8 images (float vectors, for example) are stacked as they are."""
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  stack, plain, y = images.ImageStack(n, size, where), [], np.zeros(n, np.int64)
+  for i in tqdm(range(n), desc=where, unit='example', disable=None):
+    x, y[i] = get(i)
+    if plain or (i == 0 and not _is_image(x)):
+      plain.append(np.asarray(x))
+    else:
+      stack.put(i, x)
+  if plain:
+    try:
+      return np.stack(plain), y
+    except ValueError:
+      raise UserError(f'{where}: its examples have different shapes and are not uint8 '
+                      'images') from None
+  return stack.result(), y
+
+
+def _is_image(x):
+  if not isinstance(x, np.ndarray):
+    return True  # a PIL image
+  return x.dtype == np.uint8 and (x.ndim == 2 or (x.ndim == 3 and x.shape[-1] in (1, 3, 4)))
+
+
+# --- TFDS ---------------------------------------------------------------------------------
+
+
+def _tfds_keys(name, features, example):
+  """(image key, label key) of a TFDS example: 'image' / 'label' when present, else the first
+  Image / ClassLabel feature of the builder's FeaturesDict."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  spec = dict(features.items()) if features is not None else {}
+  def pick(preferred, kind):
+    if preferred in example:
+      return preferred
+    typed = [k for k, f in spec.items() if isinstance(f, kind) and k in example]
+    return typed[0] if typed else None
+  image, label = pick('image', tfds.features.Image), pick('label', tfds.features.ClassLabel)
+  image = image or ('features' if 'features' in example else None)
+  if image is None or label is None:
+    raise UserError(f'--dataset=tfds:{name}: found no {"image" if image is None else "label"} '
+                    f'feature among {", ".join(sorted(example))}')
+  return image, label
+
+
+def _tfds_split(name, split, data_dir, size):
+  """One TFDS split -> (x, y)."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  try:
+    # tfds.data_source picks ArrayRecord (the random-access format) only when no data_dir is
+    # given; with one, TFDS would prepare TFRecord files that data_source cannot read.
+    source = tfds.data_source(name, split=split, data_dir=data_dir,
+                              builder_kwargs={'file_format': 'array_record'})
+  except Exception as e:  # pylint: disable=broad-except
+    text = _first_line(e)
+    if 'tensorflow' in str(e) and 'No module named' in str(e):
+      text = (f'preparing it needs TensorFlow ({text}); pip install tensorflow, or prepare it '
+              'once elsewhere and pass the tensorflow_datasets folder as --data_dir')
+    raise UserError(f'--dataset=tfds:{name}: TFDS could not load split {split!r}: {text}') \
+        from None
+  if len(source) == 0:
+    raise UserError(f'--dataset=tfds:{name}: split {split!r} is empty')
+  features = getattr(getattr(source, 'dataset_info', None), 'features', None)
+  image_key, label_key = _tfds_keys(name, features, source[0])
+  def get(i):
+    example = source[i]
+    return np.asarray(example[image_key]), int(example[label_key])
+  return _stream(len(source), get, size, f'tfds:{name} {split}')
+
+
+def load_tfds(name, data_dir=None, image_size=0):
+  """A TFDS dataset's train and test splits; `domainnet` joins its six domain configs."""
+  if name in ('domainnet',) + TFDS_DOMAINNET:
+    image_size = image_size or multidomain.DOMAINNET_SIZE  # DomainNet's sizes vary
+  configs = TFDS_DOMAINNET if name == 'domainnet' else (name,)
+  parts = [[_tfds_split(c, split, data_dir, image_size) for split in ('train', 'test')]
+           for c in configs]
+  xs = images.same_channels(*[x for domain in parts for x, _ in domain])
+  x_train, x_test = np.concatenate(xs[0::2]), np.concatenate(xs[1::2])
+  y_train = np.concatenate([d[0][1] for d in parts])
+  y_test = np.concatenate([d[1][1] for d in parts])
+  if len(configs) == 1:
+    return sources.validate(f'tfds:{name}', x_train, y_train, x_test, y_test)
+  ids = lambda k: np.concatenate([np.full(len(d[k][1]), i, np.int32) for i, d in enumerate(parts)])
+  return sources.validate(f'tfds:{name}', x_train, y_train, x_test, y_test,
+                          domains_train=ids(0), domains_test=ids(1),
+                          domain_names=multidomain.DOMAINNET_SITES)
+
+
+# --- Hugging Face datasets ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _offline():
+  """Hugging Face `datasets` with the hub switched off, for this block only: the environment
+  variables cover a first import, the module flags an earlier import."""
+  os.environ['HF_DATASETS_OFFLINE'] = os.environ['HF_HUB_OFFLINE'] = '1'
+  try:
+    import datasets  # pylint: disable=g-import-not-at-top
+    from huggingface_hub import constants  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise UserError('--dataset=hf:... needs the Hugging Face `datasets` library: '
+                    'pip install "fedjax-drift[hf]"') from None
+  saved = datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE
+  datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
+  try:
+    yield datasets
+  finally:
+    datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = saved
+
+
+def _is_saved(path):
+  return any(os.path.exists(os.path.join(path, f))
+             for f in ('dataset_dict.json', 'state.json', 'dataset_info.json'))
+
+
+def _hf_open(datasets, spec, data_dir):
+  """The DatasetDict named by hf:SPEC: a save_to_disk folder (SPEC, --data_dir or
+  --data_dir/SPEC), else NAME[:CONFIG] from the local cache (--data_dir as cache_dir)."""
+  folders = [spec] + ([data_dir, os.path.join(data_dir, spec)] if data_dir else [])
+  saved = next((f for f in folders if os.path.isdir(f) and _is_saved(f)), None)
+  try:
+    if saved:
+      return datasets.load_from_disk(saved), saved
+    if spec.startswith(('/', '.', '~')) or os.path.isdir(spec):
+      raise UserError(f'--dataset=hf:{spec}: {spec} is not a folder written by save_to_disk '
+                      '(no dataset_dict.json)')
+    name, _, config = spec.partition(':')
+    return datasets.load_dataset(name, config or None, cache_dir=data_dir or None), name
+  except UserError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(f'--dataset=hf:{spec}: not readable offline ({_first_line(e)}); save it '
+                    'once where there is internet with datasets.load_dataset(...).save_to_disk'
+                    '(DIR) and pass hf:DIR') from None
+
+
+def _hf_column(split, given, kind, flag, where):
+  """The column named by --flag, or the only/first column whose feature is `kind`."""
+  if given:
+    if given not in split.features:
+      raise UserError(f'--{flag}={given}: {where} has columns {", ".join(split.column_names)}')
+    return given
+  typed = [k for k, f in split.features.items() if isinstance(f, kind)]
+  if not typed:
+    raise UserError(f'{where} has no {kind.__name__} column; name one with --{flag} '
+                    f'(columns: {", ".join(split.column_names)})')
+  return 'label' if 'label' in typed else typed[0]
+
+
+def _dense_ids(values, where):
+  """Values (ints or strings) -> int32 ids 0..k-1 in sorted order of the distinct values."""
+  try:
+    _, ids = np.unique(np.asarray(values), return_inverse=True)
+  except TypeError:
+    raise UserError(f'{where} mixes value types') from None
+  return ids.reshape(-1).astype(np.int32)
+
+
+def _hf_labels(split, column, where):
+  values = np.asarray(split[column])
+  if values.ndim != 1:
+    raise UserError(f'{where}: label column {column!r} is not one value per example')
+  if np.issubdtype(values.dtype, np.integer):
+    return values.astype(np.int64)
+  raise UserError(f'{where}: label column {column!r} holds {values.dtype}, not class ids '
+                  '(use a ClassLabel or integer column)')
+
+
+def _hf_groups(datasets, split, skip):
+  """{column: ids} for the integer and string columns not in `skip`."""
+  kinds = ('int8', 'int16', 'int32', 'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'string',
+           'large_string')
+  return {k: _dense_ids(split[k], f'column {k!r}') for k, f in split.features.items()
+          if k not in skip and isinstance(f, datasets.Value) and f.dtype in kinds}
+
+
+def load_hf(spec, data_dir=None, image_size=0, image_column='', label_column='',
+            splits=('train', 'test')):
+  """hf:SPEC's two splits -> a validated Dataset; groups from its train split's id columns."""
+  with _offline() as datasets:
+    data, where = _hf_open(datasets, spec, data_dir)
+    if not isinstance(data, datasets.DatasetDict):
+      raise UserError(f'--dataset=hf:{spec}: {where} holds one split, not a DatasetDict with '
+                      f'{splits[0]!r} and {splits[1]!r}')
+    for flag, split in zip(('hf_train_split', 'hf_test_split'), splits):
+      if split not in data:
+        raise UserError(f'--{flag}={split}: hf:{spec} has splits {", ".join(data)}')
+    train = data[splits[0]]
+    image_col = _hf_column(train, image_column, datasets.Image, 'hf_image_column', f'hf:{spec}')
+    label_col = _hf_column(train, label_column, datasets.ClassLabel, 'hf_label_column',
+                           f'hf:{spec}')
+    arrays = []
+    for name in splits:
+      split = data[name]
+      y = _hf_labels(split, label_col, f'hf:{spec} {name}')
+      pictures = split.select_columns([image_col])
+      x, _ = _stream(len(split), lambda i, p=pictures: (p[i][image_col], 0), image_size,
+                     f'hf:{spec} {name}')
+      arrays += [x, y]
+    groups = _hf_groups(datasets, train, (image_col, label_col))
+  if arrays[0].dtype == np.uint8 and arrays[2].dtype == np.uint8:
+    arrays[0], arrays[2] = images.same_channels(arrays[0], arrays[2])
+  return sources.validate(f'hf:{spec}', *arrays, groups=groups)
