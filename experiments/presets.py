@@ -86,9 +86,10 @@ def _inherit(name, raw, chain=()):
     return copy.deepcopy(own)
   out = _inherit(own['base'], raw, chain + (name,))
   for key, value in own.items():
-    if key in ('setting', 'grid', 'methods'):
+    if key in ('setting', 'grid', 'methods') or (key == 'scenarios' and
+                                                  own.get('extend_scenarios')):
       out[key] = {**out.get(key, {}), **value}
-    elif key != 'base':
+    elif key not in ('base', 'extend_scenarios'):
       out[key] = copy.deepcopy(value)
   for field in own.get('unset', ()):
     out['setting'].pop(field)
@@ -252,9 +253,8 @@ def plan(name, mode, only=None, rounds=None, seeds=None, replace=None):
       values, grid, n_seeds = resolve(name, mode, scenario, label, rounds, seeds)
       values.update(replace or {})
       static, issues = _static_pending(preset, scenario, label)
-      reasons = static + missing(values)
-      if reasons and issues:
-        reasons.append(f'see {", ".join(issues)}')
+      reasons = [f'{r} ({", ".join(issues)})' if issues else r
+                 for r in static + missing(values)]
       out.append((scenario, label, values, grid, n_seeds, reasons))
   return out
 

@@ -47,6 +47,7 @@ class Output(NamedTuple):
   run_dir: str
   checkpointer: Any
   restored: Any           # (state, history) of the checkpoint resumed from, or None
+  record: Any = None      # the run directory's rundir.Record (None: not this process's to write)
 
 
 def run(config: Config, log=print) -> dict:
@@ -67,10 +68,12 @@ def run(config: Config, log=print) -> dict:
     with (rundir.claimed(run_dir) if distributed.is_writer()  # one writer, loading to the end
           else contextlib.nullcontext()):
       log(f'fedjax-drift: {config.algo}, {len(runs)} run(s): loading data and compiling...')
+      fingerprint = inputs.fingerprint(config)  # of the bytes read: taken before, checked after
       study = distributed.place(build(config, runs))  # global arrays over processes, if any
+      inputs.check_unchanged(fingerprint, run_dir, while_reading=True)
       with interrupts.deferred():  # Ctrl-C while XLA compiles can crash the process
         compiled = _compile(study)
-      out = _open_run_dir(study, run_dir, log)
+      out = _open_run_dir(study, run_dir, log, fingerprint)
       if _finished(out, config):
         return _already_finished(study, out, log)
       _log_header(study, compiled, run_dir, log)
@@ -89,8 +92,8 @@ def _check_outputs(config):
   Returns the run directory (absolute)."""
   run_dir = os.path.abspath(config.run_dir(time.strftime('%Y%m%d-%H%M%S')))
   files = _input_paths(config)
-  rundir.check_out(run_dir, config.resume, config.overwrite, files, config.save_params)
-  rundir.check_save_params(config.save_params, run_dir, files)
+  rundir.check_out(run_dir, config.resume, config.overwrite, files)
+  rundir.check_save_params(config.save_params, run_dir, files, config.overwrite, config.resume)
   if config.resume:
     _check_resumable(config, run_dir)
   return run_dir
@@ -101,8 +104,23 @@ def _input_paths(config):
 
 
 def _check_resumable(config, run_dir):
-  """--resume continues only this tool's run, on unchanged inputs, to a later round."""
+  """--resume continues only this tool's run, as recorded, on unchanged inputs, to a later
+  round. Refuses a config.json edited since the run wrote it, and a launch whose flags differ
+  from the recorded ones (naming the first that differs)."""
   saved = rundir.read_run_config(run_dir)
+  record = rundir.Record.load(run_dir)
+  if record is not None and record.data.get('config_sha256'):
+    written = run_flags(dataclasses.asdict(config_from_dict(
+        {k: v for k, v in saved.items() if k in _FIELDS})))
+    if rundir.digest(written) != record.data['config_sha256']:
+      raise UserError(f'--resume: {os.path.join(run_dir, "config.json")} was edited since '
+                      'fedjax-drift wrote it ('
+                      f'{rundir.first_difference(record.data["config"], written)}); restore it '
+                      'or start a new run')
+    now = run_flags(dataclasses.asdict(config))
+    if rundir.digest(now) != record.data['config_sha256']:
+      raise UserError(f'--resume continues {run_dir} as recorded; '
+                      f'{rundir.first_difference(record.data["config"], now)}')
   inputs.check_unchanged(saved['_resolved'].get('inputs', {}), run_dir)
   latest = Checkpointer(run_dir).latest_round()
   if latest is not None and config.rounds < latest:
@@ -142,36 +160,57 @@ def _make_evaluator(study):
   return jax.jit(all_runs)
 
 
-def _open_run_dir(study, run_dir, log) -> Output:
-  """Restores the checkpoint (resume) or clears what --overwrite allows, then writes
-  config.json. A resume that fails to restore has written nothing."""
-  cfg = study.config
+def _open_run_dir(study, run_dir, log, fingerprint) -> Output:
+  """Restores the checkpoint (resume: only one of this run, with these flags) or clears what
+  --overwrite allows, then opens the run's record (rundir.Record: every file written from
+  here on is entered in it first) and writes config.json. A resume that fails to restore has
+  written nothing."""
+  cfg, writer = study.config, distributed.is_writer()
+  identity = {'config_sha256': rundir.digest(run_flags(dataclasses.asdict(cfg)))}
+  record = rundir.Record.load(run_dir) if cfg.resume else None
   checkpointer = Checkpointer(run_dir, cfg.keep_checkpoints)
   restored = None
   if cfg.resume and checkpointer.rounds():
-    restored = checkpointer.restore(study.state, log)
+    expect = record and {**identity, 'run_id': record.run_id, 'legacy': record.data['adopted']}
+    restored = checkpointer.restore(study.state, log, expect)
   elif cfg.resume:
     log(f'{run_dir} has no checkpoint yet: starting it from round 0')
-  elif rundir.overwrite_mode(cfg.overwrite) and distributed.is_writer():
-    rundir.clear(run_dir, rundir.overwrite_mode(cfg.overwrite), _input_paths(cfg),
-                 rundir.own_extra(run_dir, cfg.save_params))
-  if distributed.is_writer():
-    rundir.remove_temporaries(run_dir)  # a killed run's; we hold the lock
-  if _finished(Output(run_dir, checkpointer, restored), cfg) or not distributed.is_writer():
-    return Output(run_dir, checkpointer, restored)
-  report.write_json(os.path.join(run_dir, 'config.json'), _resolved_config(study, run_dir))
+  if writer:  # clears what --overwrite allows, or adopts a run from before records
+    record = rundir.open_record(run_dir, cfg.resume, rundir.overwrite_mode(cfg.overwrite),
+                                _input_paths(cfg), log)
+    report.start_recording(run_dir, record)  # until rundir.claimed releases the directory
+  if record is not None:
+    checkpointer.identity = {**identity, 'run_id': record.run_id}
+  out = Output(run_dir, checkpointer, restored, record)
+  if _finished(out, cfg) or not writer:
+    return out
+  record.set(finished=False, config=run_flags(dataclasses.asdict(cfg)), **identity)
+  report.write_json(os.path.join(run_dir, 'config.json'),
+                    _resolved_config(study, run_dir, fingerprint))
   if restored is None:
     exp = study.experiments[0]
     report.plot_partition(os.path.join(run_dir, 'partition.png'),
                           np.asarray(exp.data.label_hist),
                           f'{cfg.partition} partition of {exp.dataset.name} (seed {cfg.seed})')
-  return Output(run_dir, checkpointer, restored)
+  return out
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Config))
+
+
+def run_flags(values: dict) -> dict:
+  """The flags that define a run, which its checkpoints depend on: every Config field but
+  those a launch may change (RESUME_OVERRIDES, --overwrite). values: dataclasses.asdict of
+  a Config."""
+  return {k: values[k] for k in sorted(_FIELDS - set(RESUME_OVERRIDES) - {'overwrite'})}
 
 
 def _finished(out, config):
-  """Whether a resume found the run already complete (its summary written)."""
-  return (out.restored is not None and int(out.restored[0].round[0]) >= config.rounds
-          and os.path.exists(os.path.join(out.run_dir, 'summary.json')))
+  """Whether a resume found the run already complete: checkpointed at its last round, and
+  its record saying summary, plots and parameters were all written (a run interrupted
+  between them is finished by the next --resume)."""
+  return bool(out.restored is not None and int(out.restored[0].round[0]) >= config.rounds
+              and out.record is not None and out.record.data.get('finished'))
 
 
 def _already_finished(study, out, log):
@@ -180,13 +219,14 @@ def _already_finished(study, out, log):
   state = out.restored[0]
   out.checkpointer.close()
   if study.config.save_params and distributed.is_writer():
-    save_params(study.config.save_params,
-                jax.tree.map(lambda a: a[:len(study.runs)], distributed.to_host(state.params)))
+    out.record.add_output(study.config.save_params, save_params(
+        study.config.save_params,
+        jax.tree.map(lambda a: a[:len(study.runs)], distributed.to_host(state.params))))
   log(f'{out.run_dir} already finished at round {int(state.round[0])}; nothing to do')
   return rundir.read_json(os.path.join(out.run_dir, 'summary.json'))
 
 
-def _resolved_config(study, run_dir):
+def _resolved_config(study, run_dir, fingerprint):
   cfg, exp = study.config, study.experiments[0]
   resolved = dataclasses.asdict(cfg)
   resolved.update(out=run_dir, resume=False, _resolved={
@@ -200,7 +240,7 @@ def _resolved_config(study, run_dir):
       'weighting_source': algorithms.weighting_source(cfg),
       'beta_local': exp.config.beta_local, 'beta_global': exp.config.beta_global,
       'backend': jax.default_backend(), 'jax_version': jax.__version__,
-      'inputs': inputs.fingerprint(cfg)})
+      'inputs': fingerprint})
   return resolved
 
 
@@ -373,6 +413,7 @@ def _write_tensorboard(run_dir, prog):
     for row in rows[prog.tensorboard_written[key]:]:
       r = row['run']
       if r not in prog.tensorboard_writers:
+        report.will_create(os.path.join(run_dir, 'tensorboard'))  # enter it in the record
         prog.tensorboard_writers[r] = tensorboard.ScalarWriter(
             os.path.join(run_dir, 'tensorboard', f'run{r}'))
       prog.tensorboard_writers[r].write({k: v for k, v in row.items() if k != 'run'},
@@ -435,7 +476,9 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
   report.write_json(os.path.join(out.run_dir, 'summary.json'), summary)
   _plot(study, prog, out.run_dir)
   if cfg.save_params:
-    save_params(cfg.save_params, jax.tree.map(lambda a: a[:len(study.runs)], state.params))
+    out.record.add_output(cfg.save_params, save_params(
+        cfg.save_params, jax.tree.map(lambda a: a[:len(study.runs)], state.params)))
+  out.record.set(finished=True)  # last: a run stopped before this is finished by --resume
   return _report_end(study, summary, per_run, total_s, compiled.compile_s, log)
 
 
@@ -652,11 +695,14 @@ def resume(run_dir, log=print, **overrides) -> dict:
   return run(config, log)
 
 
-def save_params(path, params):
+def save_params(path, params) -> str:
   """Final global parameters of every run, named by flax path ('conv1/conv/kernel', ...),
-  each array with a leading run axis in runs.csv order (length 1 for a single run)."""
+  each array with a leading run axis in runs.csv order (length 1 for a single run).
+  Returns the file's sha256 (the run's record keeps it: see rundir.Record.wrote)."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  import hashlib  # pylint: disable=g-import-not-at-top
   import io  # pylint: disable=g-import-not-at-top
   buf = io.BytesIO()
   np.savez(buf, **models.flatten_names(params))
   report.atomic_write(path, buf.getvalue())
+  return hashlib.sha256(buf.getvalue()).hexdigest()

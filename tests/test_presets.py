@@ -27,7 +27,10 @@ def _by(name, mode):
 @pytest.mark.parametrize('mode', ['full', 'short'])
 def test_every_config_validates_and_builds_its_algorithm(name, mode):
   todo = presets.configs(name, mode)
-  assert todo
+  if not todo:  # every run waits for a piece this build lacks; the reason is named
+    waiting = presets.pending(name, mode)
+    assert waiting
+    pytest.skip(f'{name} is pending: {"; ".join(waiting)}')
   for _, _, config in todo:
     algorithms.recipe(config)  # validates the algorithm's flags too
 
