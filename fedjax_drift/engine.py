@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from optax.tree_utils import tree_norm, tree_vdot
 
+from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.data import shuffle
 from fedjax_drift.data.federated import FederatedData, to_float
 from fedjax_drift.state import Batch, Client, Cohort, FederatedAlgorithm, ServerState
@@ -68,18 +69,28 @@ def choose_parallelism(requested, family, backend, cohort_size, chunk=0):
   return cohort_size, f'auto: {family} model on {backend}, vmap over the cohort'
 
 
-def make_batch_fn(data: FederatedData, row, count, key, batch_size, spe, relabel=None):
+def make_batch_fn(data: FederatedData, row, count, key, batch_size, spe, relabel=None,
+                  pipeline=None):
   """step -> Batch for the client whose examples are row[:count]: every epoch visits each
   example once in a fresh shuffled order, the last partial batch masked. The order is read
   at the batch's B positions only (data/shuffle.py), never sorted. relabel maps labels (a
-  scenario's current concept)."""
+  scenario's current concept). pipeline (data/pipeline.Pipeline; None = plain to_float)
+  augments and normalises the inputs and gives each step a dropout key, all from
+  pipeline.step_keys(key, step)."""
   max_n = row.shape[0]
   relabel = relabel or (lambda y: y)
+
+  def make(x, y, mask, step):
+    if pipeline is None or pipeline.is_identity:
+      return Batch(to_float(x), y, mask)
+    aug_key, dropout_key = input_pipeline.step_keys(key, step)
+    return Batch(input_pipeline.train_inputs(x, aug_key, pipeline), y, mask,
+                 dropout_key if pipeline.dropout else None)
+
   if batch_size == 0:
     def full_batch(step):
-      del step
       mask = (jnp.arange(max_n) < count).astype(jnp.float32)
-      return Batch(to_float(data.x[row]), relabel(data.y[row]), mask)
+      return make(data.x[row], relabel(data.y[row]), mask, step)
     return full_batch
 
   seed = jax.random.bits(key, (), jnp.uint32)
@@ -89,7 +100,7 @@ def make_batch_fn(data: FederatedData, row, count, key, batch_size, spe, relabel
     position = b * batch_size + jnp.arange(batch_size)  # in this epoch's shuffled order
     idx = row[shuffle.index_shuffle(position, count, shuffle.derive_seed(seed, epoch))]
     mask = (position < count).astype(jnp.float32)  # the epoch's last batch may be partial
-    return Batch(to_float(data.x[idx]), relabel(data.y[idx]), mask)
+    return make(data.x[idx], relabel(data.y[idx]), mask, step)
 
   return batch
 
@@ -239,8 +250,11 @@ def client_mesh(devices: int):
 
 def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: int,
                cohort_size: int, weighting: str = 'examples', chunk: int = 1,
-               sampler: str = 'uniform', devices: int = 1, scenario=None):
+               sampler: str = 'uniform', devices: int = 1, scenario=None, pipeline=None):
   """Returns round_fn(state, data) -> (state, metrics), pure and jittable.
+
+  pipeline (data/pipeline.Pipeline, None = plain to_float) augments and normalises the
+  clients' training batches and gives their steps dropout keys (make_batch_fn).
 
   devices > 1 splits the cohort over a device mesh (jax.shard_map): each device runs its
   K/devices clients with the same chunking; the aggregation over the sharded cohort axis
@@ -287,7 +301,7 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
       key = jax.random.fold_in(client_key, cid)
       client = Client(cid, count, steps, max_local_steps, hist,
                       make_batch_fn(data, row, count, key, schedule.batch_size, spe_i,
-                                    lambda y: scenario.relabel(concept, y)))
+                                    lambda y: scenario.relabel(concept, y), pipeline))
       result = algo.client_update(params, payload, cstate, client, key)
       summands, norm = client_summands(result.delta, weight)
       outputs = (result.client_state, result.loss, norm, tree_all_finite(result.delta),
@@ -409,8 +423,10 @@ def init_state(algo: FederatedAlgorithm, params, num_clients: int, key,
                      scenario_state, jnp.zeros((), jnp.int32))
 
 
-def make_evaluator(apply_fn, batch_size: int = 1000):
-  """Jitted (params, x, y) -> (mean loss, accuracy) over a whole split, batched with masks."""
+def make_evaluator(apply_fn, batch_size: int = 1000, norm=None):
+  """Jitted (params, x, y) -> (mean loss, accuracy) over a whole split, batched with masks.
+  Inputs go through data/pipeline.preprocess(x, norm), as training batches do (no
+  augmentation)."""
 
   @jax.jit
   def evaluate(params, x, y):
@@ -423,7 +439,7 @@ def make_evaluator(apply_fn, batch_size: int = 1000):
 
     def one(args):
       xb, yb, mb = args
-      logits = apply_fn(params, to_float(xb))
+      logits = apply_fn(params, input_pipeline.preprocess(xb, norm))
       losses = -jnp.take_along_axis(jax.nn.log_softmax(logits), yb[:, None], 1)[:, 0]
       correct = (jnp.argmax(logits, -1) == yb).astype(jnp.float32)
       return jnp.sum(losses * mb), jnp.sum(correct * mb)

@@ -3,7 +3,8 @@
 After training, every client copies the global model and trains only its last layer for E
 local epochs on its own data, optionally with FedProx's proximal term or FedADC+'s
 self-confidence distillation. Each client is evaluated on its own test split (the test set
-partitioned like the training set), before and after calibration.
+partitioned like the training set), before and after calibration. Inputs are normalised as
+in training (data/pipeline.preprocess); calibration batches are not augmented.
 """
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ import optax
 from fedjax_drift import engine
 from fedjax_drift.algorithms import fedadc, fedprox, local
 from fedjax_drift.algorithms.parts import ClientContext
-from fedjax_drift.data.federated import to_float
+from fedjax_drift.data.pipeline import Pipeline, preprocess
 from fedjax_drift.state import Client
 
 
@@ -31,11 +32,11 @@ def head_labels(params):
 
 
 def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
-              kd_lambda=0.35, kd_temperature=1.0, seed=0, chunk=1):
+              kd_lambda=0.35, kd_temperature=1.0, seed=0, chunk=1, norm=None, kd_tau2=False):
   """Per-client test accuracy of the global model and of each calibrated model.
 
   train / test: FederatedData over the same clients. Returns numpy arrays (acc_before,
-  acc_after, num_test) of shape [N].
+  acc_after, num_test) of shape [N]. norm: the run's data/pipeline.Normalization or None.
   """
   optimizer = optax.multi_transform({'train': optax.sgd(lr), 'freeze': optax.set_to_zero()},
                                     head_labels(params))
@@ -43,7 +44,7 @@ def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
   if term == 'prox':
     extra.append(fedprox.proximal_term(prox_mu))
   elif term == 'self_kd':
-    extra.append(fedadc.self_confidence_kd(kd_lambda, kd_temperature))
+    extra.append(fedadc.self_confidence_kd(kd_lambda, kd_temperature, kd_tau2))
 
   def objective(p, batch, ctx):
     logits = model.apply(p, batch.x)  # evaluation mode: calibration keeps norm statistics
@@ -53,7 +54,7 @@ def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
   def accuracy(p, cid):
     row = test.client_index[cid]
     mask = (jnp.arange(row.shape[0]) < test.client_count[cid]).astype(jnp.float32)
-    correct = jnp.argmax(model.apply(p, to_float(test.x[row])), -1) == test.y[row]
+    correct = jnp.argmax(model.apply(p, preprocess(test.x[row], norm)), -1) == test.y[row]
     return jnp.sum(correct * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
   key = jax.random.fold_in(jax.random.key(seed), 0x9E5)
@@ -65,7 +66,8 @@ def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
     spe = engine.steps_per_epoch(count, schedule.batch_size)
     k = jax.random.fold_in(key, cid)
     batch_fn = engine.make_batch_fn(train, train.client_index[cid], count, k,
-                                    schedule.batch_size, spe)
+                                    schedule.batch_size, spe,
+                                    pipeline=Pipeline(norm=norm))
     client = Client(cid, count, steps, max_steps, train.label_hist[cid], batch_fn)
     ctx = ClientContext(params, {}, {}, lr, steps, count, train.label_hist[cid], 1,
                         model.apply, batch_fn)

@@ -150,7 +150,8 @@ def _compile(study: Study) -> Compiled:
 
 def _make_evaluator(study):
   exp = study.experiments[0]
-  evaluate = engine.make_evaluator(exp.model.apply, study.config.eval_batch_size)
+  evaluate = engine.make_evaluator(exp.model.apply, study.config.eval_batch_size,
+                                   exp.pipeline.norm if exp.pipeline else None)
 
   def all_runs(params, scenario_state, x, y):
     # Test labels under each run's current concept (concept shift); others keep them.
@@ -642,7 +643,8 @@ def _calibrate(exp, params):
   term = None if cfg.personalize_term == 'none' else cfg.personalize_term
   return personalize.calibrate(exp.model, params, exp.data, test, schedule, cfg.lr, term,
                                cfg.prox_mu, cfg.kd_lambda, cfg.kd_temperature, cfg.seed,
-                               exp.chunk)
+                               exp.chunk, norm=exp.pipeline.norm if exp.pipeline else None,
+                               kd_tau2=cfg.kd_tau2)
 
 
 def estimated_memory(compiled):

@@ -31,6 +31,7 @@ class Batch(NamedTuple):
   x: jax.Array     # [B, ...] float32
   y: jax.Array     # [B] int32
   mask: jax.Array  # [B] float32, 0 for padding (partial last batch, masked steps)
+  rng: Any = None  # this step's dropout key (data/pipeline.step_keys), or None: no dropout
 
 
 class Client(NamedTuple):

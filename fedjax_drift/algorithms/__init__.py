@@ -185,16 +185,18 @@ def _part(name, c, model, server_data, parts):
   if name == 'fedadc':
     return fedadc.embedded_momentum(beta_local, c.fedadc_variant == 'nesterov')
   if name == 'self_kd':
-    return fedadc.self_confidence_kd(c.kd_lambda, c.kd_temperature)
+    return fedadc.self_confidence_kd(c.kd_lambda, c.kd_temperature, c.kd_tau2)
   if name == 'for':
     return fedfor.rectified_term(c.for_alpha, c.for_scale)
   if name == 'gkd':
-    return fedgkd.ensemble_distillation(c.gkd_gamma, c.gkd_buffer, c.kd_temperature)
+    return fedgkd.ensemble_distillation(c.gkd_gamma, c.gkd_buffer, c.kd_temperature,
+                                        c.gkd_loss, c.kd_tau2)
   if name == 'gkd_vote':
     if server_data is None:
       raise UserError('FedGKD-Vote needs a server validation split (--vote_val_size)')
     return fedgkd.vote_distillation(c.vote_lambda, c.gkd_buffer, c.kd_temperature,
-                                    model.apply, server_data['x_val'], server_data['y_val'])
+                                    model.apply, server_data['x_val'], server_data['y_val'],
+                                    c.gkd_loss, c.kd_tau2)
   if name == 'igfl_c':
     return igfl.group_correction(c.igfl_group)
   if name == 'prox':
@@ -208,7 +210,7 @@ def _part(name, c, model, server_data, parts):
   if name == 'curv_stateless':
     return fedcurv.stateless_ewc_penalty(c.curv_lambda)
   if name == 'ntd':
-    return fedntd.not_true_distillation(c.ntd_beta, c.ntd_temperature)
+    return fedntd.not_true_distillation(c.ntd_beta, c.ntd_temperature, c.kd_tau2)
   if name == 'rs':
     return fedrs.restricted_softmax(c.rs_alpha)
   if name == 'moon':
@@ -244,10 +246,19 @@ def get(name, config, model, server_data=None):
   parts = [_part(p, config, model, server_data, r.parts) for p in r.parts]
   if r.aggregator != 'mean':
     parts.append(_part(r.aggregator, config, model, server_data, r.parts))
-  if config.algo == 'fedadc_dm':
-    local_opt = fedadc.double_momentum_optimizer(config.lr, config.phi, config.weight_decay)
-  else:
-    local_opt = local.sgd(config.lr, config.local_momentum, config.weight_decay)
-  return compose(config.algo, model.apply, config.lr, local_opt,
+  # The training-mode forward only where it differs from apply: BatchNorm, dropout.
+  train_apply = (model.train_apply if model.has_state or getattr(model, 'has_dropout', False)
+                 else None)
+  return compose(config.algo, model.apply, config.lr, local_optimizer(config),
                  _server_optimizer(r.server, config), parts, config.clients_per_round,
-                 model.train_apply if model.has_state else None)
+                 train_apply, config.clip_grad_norm)
+
+
+def local_optimizer(config):
+  """The clients' optax optimizer: fedadc_dm's own, Adam, or SGD (momentum, L2)."""
+  if config.algo == 'fedadc_dm':
+    return fedadc.double_momentum_optimizer(config.lr, config.phi, config.weight_decay)
+  if config.local_optimizer == 'adam':
+    return local.adam(config.lr, config.adam_b1, config.adam_b2, config.adam_eps,
+                      config.weight_decay)
+  return local.sgd(config.lr, config.local_momentum, config.weight_decay)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 from optax.tree_utils import tree_get
 
-from fedjax_drift.algorithms.distill import kl_to_student
+from fedjax_drift.algorithms.distill import kl_to_student, tau2_factor
 from fedjax_drift.algorithms.local import cross_entropy, is_off, masked_mean
 from fedjax_drift.algorithms.parts import Part
 
@@ -88,8 +88,11 @@ def double_momentum_optimizer(lr, phi, weight_decay=0.0):
   return optax.chain(*parts, first_step_ema(phi), optax.scale(-lr))
 
 
-def self_confidence_kd(kd_lambda, temperature):
+def self_confidence_kd(kd_lambda, temperature, tau2=False):
   """FedADC+'s local loss (1 - lambda) CE + lambda KL(p_hat || p_tau(x; theta)).
+
+  tau2 (--kd_tau2) multiplies the KL by tau^2, as CS-KD's code, which §III follows, does
+  (alinlab/cs-kd train.py, KDLoss); the paper's eq. has no such factor.
 
   Added to the task CE as lambda (KL - CE). The target mixes the global model's tempered
   softmax p_tilde with the client's label mix: rho_c = gamma_c / max gamma, and
@@ -105,6 +108,8 @@ def self_confidence_kd(kd_lambda, temperature):
     off = (1.0 - rho) * p_tilde * not_true
     p_hat = off + (1.0 - jnp.sum(off, axis=-1, keepdims=True)) * (1.0 - not_true)
     kl = masked_mean(kl_to_student(p_hat, logits, temperature), batch.mask)
+    if tau2:
+      kl = tau2_factor(temperature, tau2) * kl
     ce = masked_mean(cross_entropy(logits, batch.y), batch.mask)
     return kd_lambda * (kl - ce)
 

@@ -15,13 +15,17 @@ FedGKD-Vote keeps one term per buffered model, weighted by server-side validatio
     L = CE + sum_m (gamma_m / 2) KL(h(w_{t-m+1}) || h(w)),  gamma_m / 2 = lambda softmax_m(-L_m / beta)
 
 with beta = 1/M. h is the temperature softmax; the KL convention is in distill.py.
+
+Options (their sources in distill.py): tau2 multiplies each KL by tau^2 (the authors' code);
+loss='mse' replaces each KL by the mean squared difference of the raw logits (Table 9, which
+runs it for FedGKD with M = 1; the code's Vote path has KL only, here Vote takes it too).
 """
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from fedjax_drift.algorithms.distill import kd_loss
+from fedjax_drift.algorithms.distill import kd_loss, logit_mse
 from fedjax_drift.algorithms.local import cross_entropy
 from fedjax_drift.algorithms.parts import Part
 
@@ -54,8 +58,19 @@ def _push_new_global(size):
   return server_update
 
 
-def ensemble_distillation(gamma, buffer_size, temperature):
+def distillation_term(loss='kl', temperature=1.0, tau2=False):
+  """(teacher logits, student logits, mask) -> FedGKD's per-model term: the KL of distill.py
+  (times tau^2 with tau2) or, with loss='mse', distill.logit_mse."""
+  if loss == 'mse':
+    return logit_mse
+  if loss != 'kl':
+    raise ValueError(f'unknown FedGKD loss {loss!r}')
+  return lambda teacher, student, mask: kd_loss(teacher, student, mask, temperature, tau2)
+
+
+def ensemble_distillation(gamma, buffer_size, temperature, loss='kl', tau2=False):
   """FedGKD: distil from the average of the buffered global models."""
+  term = distillation_term(loss, temperature, tau2)
 
   def payload(buffer, params, server):
     del params, server
@@ -66,15 +81,18 @@ def ensemble_distillation(gamma, buffer_size, temperature):
   def loss(params, logits, batch, ctx):
     del params
     teacher = ctx.apply(ctx.payload['fedgkd'], batch.x)
-    return 0.5 * gamma * kd_loss(teacher, logits, batch.mask, temperature)
+    return 0.5 * gamma * term(teacher, logits, batch.mask)
 
   return Part('fedgkd', init=lambda p: _init_buffer(p, buffer_size), payload=payload,
               loss=loss, server_update=_push_new_global(buffer_size))
 
 
-def vote_distillation(vote_lambda, buffer_size, temperature, apply_fn, x_val, y_val):
-  """FedGKD-Vote: one KL term per buffered model, weighted by validation loss on the server."""
+def vote_distillation(vote_lambda, buffer_size, temperature, apply_fn, x_val, y_val,
+                      loss='kl', tau2=False):
+  """FedGKD-Vote: one KL term per buffered model, weighted by validation loss on the server.
+  x_val: the validation inputs as the model takes them (data/pipeline.preprocess)."""
   beta = 1.0 / buffer_size
+  term = distillation_term(loss, temperature, tau2)
 
   def payload(buffer, params, server):
     del params, server
@@ -90,7 +108,7 @@ def vote_distillation(vote_lambda, buffer_size, temperature, apply_fn, x_val, y_
     sent = ctx.payload['fedgkd_vote']
 
     def one(model, half_gamma):
-      return half_gamma * kd_loss(ctx.apply(model, batch.x), logits, batch.mask, temperature)
+      return half_gamma * term(ctx.apply(model, batch.x), logits, batch.mask)
 
     return jnp.sum(jax.vmap(one)(sent['models'], sent['half_gammas']))
 

@@ -6,7 +6,8 @@ Learning" (NeurIPS 2022), eq. (3)-(4).
     L = CE + beta * mean_x KL(softmax(z_g[not y] / tau) || softmax(z[not y] / tau))
 
 where z[not y] keeps the C - 1 logits other than the true class's, for both the teacher (the
-received global model) and the student.
+received global model) and the student. tau2 (--kd_tau2) multiplies the KL by tau^2, as the
+authors' code does (Lee-Gihun/FedNTD, algorithms/fedntd/criterion.py, NTD_Loss).
 """
 import jax
 import jax.numpy as jnp
@@ -22,10 +23,10 @@ def not_true_logits(logits, labels):
   return jnp.take_along_axis(logits, order, axis=-1)
 
 
-def not_true_distillation(beta, temperature):
+def not_true_distillation(beta, temperature, tau2=False):
   def loss(params, logits, batch, ctx):
     del params
     teacher = ctx.apply(ctx.global_params, batch.x)
     return beta * kd_loss(not_true_logits(teacher, batch.y), not_true_logits(logits, batch.y),
-                          batch.mask, temperature)
+                          batch.mask, temperature, tau2)
   return Part('ntd', loss=loss)

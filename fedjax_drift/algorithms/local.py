@@ -6,13 +6,18 @@ Shared by every algorithm. The pieces that vary by algorithm come in as pure fun
                                                  the local loss (task loss + local terms); the
                                                  model state (BatchNorm statistics) or None
   lookahead(params, ctx) -> point                where the gradient is evaluated (Nesterov)
+  clip(grads) -> grads                           gradient clipping (--clip_grad_norm)
   correct(grads, ctx) -> grads                   a local step correction (SCAFFOLD, FedADC, IGFL)
-  optimizer                                      optax local optimizer (SGD, momentum, L2)
+  optimizer                                      optax local optimizer (SGD or Adam, L2)
 
 One step is
 
     g = grad objective(lookahead(theta))
-    theta <- theta + optimizer(correct(g))
+    theta <- theta + optimizer(correct(clip(g)))
+
+Clipping acts on the objective's gradient, as torch's clip_grad_norm_ right after backward()
+does in the FedGKD code (pcode/workers/worker_fedgkd.py), so a step correction (SCAFFOLD's
+c - c_i, FedADC's m_bar) and the L2 term are never rescaled by it.
 
 for the client's own H_i steps, so clients with different data sizes run in one program.
 """
@@ -29,7 +34,7 @@ def cross_entropy(logits, labels):
   return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
-def train(params, client, ctx, objective, optimizer, lookahead=None, correct=None):
+def train(params, client, ctx, objective, optimizer, lookahead=None, correct=None, clip=None):
   """Runs the client's own H_i steps; returns (final params, mean loss over them).
 
   The loop's trip count is the client's traced H_i: run sequentially, a short client costs
@@ -42,6 +47,8 @@ def train(params, client, ctx, objective, optimizer, lookahead=None, correct=Non
     theta, opt_state, loss_sum = carry
     point = theta if lookahead is None else lookahead(theta, ctx)
     (loss, (_, model_state)), grads = grad_fn(point, client.batch(s), ctx)
+    if clip is not None:
+      grads = clip(grads)
     if correct is not None:
       grads = correct(grads, ctx)
     updates, opt_state = optimizer.update(grads, opt_state, theta)
@@ -69,3 +76,23 @@ def sgd(lr, momentum=0.0, weight_decay=0.0, nesterov=False):
   parts.append(optax.sgd(lr, momentum=None if is_off(momentum) else momentum,
                          nesterov=nesterov))
   return optax.chain(*parts)
+
+
+def clip_by_global_norm(max_norm):
+  """grads -> grads * min(1, max_norm / |grads|), |.| the global L2 norm over every leaf
+  (optax.clip_by_global_norm; torch.nn.utils.clip_grad_norm_ up to its 1e-6 in the
+  denominator)."""
+  transform = optax.clip_by_global_norm(max_norm)
+
+  def clip(grads):
+    return transform.update(grads, transform.init(grads))[0]
+
+  return clip
+
+
+def adam(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
+  """Local Adam (Kingma & Ba; optax.adam, bias-corrected) with classic L2: wd * theta is
+  added to the gradient before the moments, as torch.optim.Adam's weight_decay does. Its
+  moments start at zero on every local run (local.train calls init each round)."""
+  parts = [] if is_off(weight_decay) else [optax.add_decayed_weights(weight_decay)]
+  return optax.chain(*parts, optax.adam(lr, b1=b1, b2=b2, eps=eps))

@@ -6,7 +6,8 @@ state and in the payload broadcast to clients. An algorithm is a list of parts, 
 and an optax server optimizer; `compose` wires them into the engine's `FederatedAlgorithm`:
 
   client:  objective = task loss + sum of part.loss
-           g = grad objective(lookahead(theta));  g <- part.correct(g) for each part
+           g = grad objective(lookahead(theta));  g <- clip(g) (--clip_grad_norm)
+           g <- part.correct(g) for each part
            theta <- theta + local_optimizer(g)                     for H_i steps
            delta = theta_t - theta;   client state <- part.client_final(ctx, delta)
            upload <- part.client_upload(ctx, delta)               (read this round, not kept)
@@ -89,8 +90,15 @@ def tree_size(tree):
 
 def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.GradientTransformation,
             server_optimizer: optax.GradientTransformation, parts: Sequence[Part] = (),
-            cohort_size: int = 1, train_apply: Optional[Callable] = None) -> FederatedAlgorithm:
-  """Builds a FederatedAlgorithm from parts (see the module docstring for the order)."""
+            cohort_size: int = 1, train_apply: Optional[Callable] = None,
+            clip_grad_norm: float = 0.0) -> FederatedAlgorithm:
+  """Builds a FederatedAlgorithm from parts (see the module docstring for the order).
+
+  train_apply(params, x, rng=None) -> (logits, model state or None) is the training-mode
+  forward (BatchNorm statistics, dropout from the batch's rng); default: apply_fn.
+  clip_grad_norm > 0 rescales the local objective's gradient to at most that global norm
+  before any step correction and the local optimizer (local.clip_by_global_norm).
+  """
   parts = tuple(parts)
   names = [p.name for p in parts]
   if len(set(names)) != len(names):
@@ -112,10 +120,13 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
   def broadcast(params, server):
     return {p.name: p.payload(server.get(p.name), params, server) for p in parts if p.payload}
 
-  forward = train_apply or (lambda params, x: (apply_fn(params, x), None))
+  forward = train_apply or (lambda params, x, rng=None: (apply_fn(params, x), None))
 
   def objective(params, batch, ctx):
-    logits, model_state = forward(params, batch.x)
+    if batch.rng is None:  # no dropout key: the forward as before the rng argument existed
+      logits, model_state = forward(params, batch.x)
+    else:
+      logits, model_state = forward(params, batch.x, batch.rng)
     task_logits = logits
     for p in parts:
       if p.logits:
@@ -134,6 +145,7 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
     return grads
 
   lookahead = lookaheads[0].lookahead if lookaheads else None
+  clip = None if local.is_off(clip_grad_norm) else local.clip_by_global_norm(clip_grad_norm)
   has_correction = any(p.correct for p in parts)
   starts = [p for p in parts if p.start]
   if len(starts) > 1:
@@ -149,7 +161,7 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
   def _client_update(ctx, client):
     theta0 = starts[0].start(ctx) if starts else ctx.global_params
     theta, loss = local.train(theta0, client, ctx, objective, local_optimizer,
-                              lookahead, correct if has_correction else None)
+                              lookahead, correct if has_correction else None, clip)
     delta = jax.tree.map(jnp.subtract, ctx.global_params, theta)
     new_state = {p.name: p.client_final(ctx, delta) for p in parts if p.client_final}
     upload = {p.name: p.client_upload(ctx, delta) for p in parts if p.client_upload}

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_drift.data import formats
+from fedjax_drift.data import downloads, formats
 from fedjax_drift.data.formats import CIFAR10_CLASSES  # noqa: F401 (re-exported)
 from fedjax_drift.errors import UserError, did_you_mean
 
@@ -24,6 +24,7 @@ DATASETS = {
     'fashion_mnist': 'Fashion-MNIST: --data_dir with the four IDX .gz files, or imported once',
     'cifar10': 'CIFAR-10: cifar-10-python.tar.gz or {train,test}/<class>/*.jpg, or imported',
     'usps': 'USPS 16x16 digits: usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5 or usps.npz, or imported',
+    **downloads.DATASETS,  # cifar100, tiny_imagenet, emnist, svhn
     'digits_domains': 'six digit domains from MNIST and USPS (covariate shift, '
                       '--partition=domains)',
     'digits5': 'FedBN\'s five digit domains (MNIST, SVHN, USPS, SynthDigits, MNIST-M), 28x28x3, '
@@ -38,9 +39,10 @@ DATASETS = {
                         'or NAME from the local cache (pip install fedjax-drift[hf])',
 }
 IMPORTABLE = ('mnist', 'fashion_mnist', 'cifar10', 'usps', 'digits5', 'domainnet')
+IMPORTABLE += downloads.IMPORTABLE  # cifar100, tiny_imagenet, svhn, emnist_SPLIT
 # Config fields that reach the loaders (sources.load's keyword options).
 LOAD_OPTIONS = ('image_size', 'digits5_parts', 'hf_image_column', 'hf_label_column',
-                'hf_train_split', 'hf_test_split')
+                'hf_train_split', 'hf_test_split', 'cifar100_labels', 'emnist_split')
 IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
              't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 
@@ -65,21 +67,23 @@ class Dataset(NamedTuple):
   groups: dict = None
 
 
-def _read_idx(path, expected_ndim):
+def _read_idx(path, expected_ndim, where=None):
+  """A gzipped uint8 IDX file (a path, or a binary file object named `where`) -> its array."""
+  where = where or path
   try:
     with gzip.open(path, 'rb') as f:
       raw = f.read()
   except (OSError, EOFError) as e:
-    raise UserError(f'cannot read IDX file {path}: {e}') from None
+    raise UserError(f'cannot read IDX file {where}: {e}') from None
   if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 8:
-    raise UserError(f'{path} is not a uint8 IDX file (bad magic number)')
+    raise UserError(f'{where} is not a uint8 IDX file (bad magic number)')
   ndim = raw[3]
   if ndim != expected_ndim:
-    raise UserError(f'{path}: expected {expected_ndim} dimensions, found {ndim}')
+    raise UserError(f'{where}: expected {expected_ndim} dimensions, found {ndim}')
   header = 4 + 4 * ndim
   shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], 'big') for i in range(ndim))
   if len(raw) != header + int(np.prod(shape)):
-    raise UserError(f'{path} is truncated: header says {shape}, '
+    raise UserError(f'{where} is truncated: header says {shape}, '
                     f'file has {len(raw) - header} data bytes')
   return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
 
@@ -244,6 +248,8 @@ def load(dataset, data_dir=None, **options):
     return multidomain.load(dataset, data_dir, **options)
   elif dataset.startswith(('tfds:', 'hf:')):
     return hub.load(dataset, data_dir, **options)
+  elif downloads.handles(dataset):
+    return downloads.load(dataset, data_dir, **options)
   elif dataset in IMPORTABLE and not data_dir:
     arrays = load_imported(dataset)
     structure = npz_structure(imported_path(dataset))
