@@ -34,6 +34,12 @@ class _ArraysOnly(pickle.Unpickler):
     raise pickle.UnpicklingError(f'unexpected object {module}.{name}')
 
 
+def load_arrays_pickle(raw):
+  """Unpickles bytes holding only dicts, lists, bytes and numpy arrays (Python 2 pickles'
+  strings come back as bytes); any other object raises pickle.UnpicklingError."""
+  return _ArraysOnly(io.BytesIO(raw), encoding='bytes').load()
+
+
 def _cifar_batch(raw, where):
   """One pickled CIFAR-10 batch -> (x [N,32,32,3] uint8, y [N] int64)."""
   try:

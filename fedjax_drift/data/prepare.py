@@ -16,6 +16,11 @@ default ~/.cache/fedjax_drift):
   domainnet             FedBN's DomainNet/{site}_{train,test}.pkl + the six DomainNet
                         domains (DomainNet/{site}/ or DomainNet/{site}.zip), resized to
                         --image_size (default 64; FedBN uses 256)
+  cifar100              cifar-100-python.tar.gz (or cifar-100-python/); fine and coarse labels
+  tiny_imagenet         tiny-imagenet-200.zip (or tiny-imagenet-200/); val/ is the test split
+  emnist_SPLIT          NIST's gzip.zip (or its emnist-SPLIT-*-ubyte.gz files): the byclass
+                        split, or the one --dataset=emnist_SPLIT names
+  svhn                  train_32x32.mat + test_32x32.mat
 --dataset=NAME names what a single DIR holds, when the folder name does not tell.
 Bad files end with one line naming the file, and exit code 2.
 """
@@ -25,7 +30,7 @@ import sys
 
 import numpy as np
 
-from fedjax_drift.data import formats, multidomain, sources
+from fedjax_drift.data import downloads, formats, multidomain, sources
 from fedjax_drift.errors import UserError
 
 
@@ -62,6 +67,9 @@ def find(root, image_size=0):
   for dirpath, subdirs, files in os.walk(root):
     subdirs.sort()
     found += _found_in(dirpath, set(files), set(subdirs))
+    found += downloads.found_in(dirpath, set(files), set(subdirs))
+    if 'wnids.txt' in files:  # an extracted Tiny-ImageNet: do not walk its 120,000 images
+      subdirs[:] = []
     domains = multidomain.found_in(dirpath, set(files), set(subdirs), image_size)
     if domains:  # do not walk DomainNet's image folders or the digit domains' own folders
       found, subdirs[:] = found + domains, [d for d in subdirs if d not in multidomain.FOLDERS]
@@ -69,14 +77,22 @@ def find(root, image_size=0):
 
 
 def save(name, arrays):
-  """Validates the arrays and writes them to sources.imported_path(name); returns the Dataset."""
+  """Validates the arrays and writes them to sources.imported_path(name); returns the Dataset.
+
+  arrays: (x_train, y_train, x_test, y_test), a Dataset, or a reader's dict of those four
+  plus extra arrays, stored under their own names (CIFAR-100's y_train_coarse, ...)."""
+  extras = {}
+  if isinstance(arrays, dict):
+    four = ('x_train', 'y_train', 'x_test', 'y_test')
+    extras = {k: v for k, v in arrays.items() if k not in four}
+    arrays = tuple(arrays[k] for k in four)
   ds = arrays._replace(name=name) if isinstance(arrays, sources.Dataset) else sources.validate(
       name, *arrays)
   path = sources.imported_path(name)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   tmp = f'{path}.tmp{os.getpid()}.npz'
   np.savez(tmp, x_train=ds.x_train, y_train=ds.y_train, x_test=ds.x_test, y_test=ds.y_test,
-           **_structure_arrays(ds))
+           **_structure_arrays(ds), **extras)
   os.replace(tmp, path)
   return ds
 
@@ -99,6 +115,12 @@ def import_dir(root, dataset='', image_size=0):
   found = find(root, image_size)
   if not found:
     raise UserError(f'found no dataset files under {root} (see `fedjax-drift-data --help`)')
+  if dataset:  # one split of a download that holds several (EMNIST), or a renaming
+    found = [f for f in found if f[0] == dataset] or found
+  else:
+    found, skipped = downloads.default_imports(found)
+    for name in skipped:
+      print(f'{name}: found, not imported (import it with --dataset={name})')
   names = []
   for name, reader in found:
     name = dataset or name
