@@ -127,7 +127,7 @@ def load_tfds(name, data_dir=None, image_size=0):
   ids = lambda k: np.concatenate([np.full(len(d[k][1]), i, np.int32) for i, d in enumerate(parts)])
   return sources.validate(f'tfds:{name}', x_train, y_train, x_test, y_test,
                           domains_train=ids(0), domains_test=ids(1),
-                          domain_names=multidomain.DOMAINNET_SITES)
+                          domain_names=tuple(c.split('/')[-1] for c in configs))
 
 
 # --- Hugging Face datasets ---------------------------------------------------------------
