@@ -205,7 +205,7 @@ def _python2_pickle(obj):
 
 
 def write_cifar100_tar(directory, per_class=2, test_per_class=1):
-  """cifar-100-python.tar.gz: cifar-100-python/{meta,test,train} (the official order), each a
+  """cifar-100-python.tar.gz: the folder cifar-100-python/ and its meta, test, train, each a
   protocol-2 pickle with the official keys; data is [N, 3072] uint8 (R, G, B planes).
   Examples are class-major: fine class c's k-th image is cifar100_image(c, k)."""
   os.makedirs(directory, exist_ok=True)

@@ -110,9 +110,9 @@ def _check_emnist(ds, classes):
     np.testing.assert_array_equal(ds.x_train[i, ..., 0], layouts.emnist_image(labels[i], i % 2))
 
 
-def test_emnist_glyphs_come_out_upright():
+def test_emnist_glyphs_come_out_upright(tmp_path):
   """NIST stores images transposed; an 'L' must read as an L: stroke left, foot at the bottom."""
-  path = layouts.write_emnist_zip(os.environ['HOME'], 'digits')
+  path = layouts.write_emnist_zip(str(tmp_path), 'digits')
   x = sources.load('emnist', path, emnist_split='digits').x_train[0, ..., 0]
   column, row = (x > 0).sum(0), (x > 0).sum(1)
   assert column.argmax() < 14 and row.argmax() > 14  # the long stroke is left, the foot low
@@ -135,8 +135,8 @@ def test_emnist_splits_letters_shift_and_import(tmp_path, capsys):
   assert 'emnist_byclass: 124 train / 62 test, 28x28x1 uint8' in out
   assert 'emnist_letters: found, not imported (import it with --dataset=emnist_letters)' in out
   _check_emnist(sources.load('emnist'), 62)
-  with pytest.raises(UserError, match='fedjax-drift-data import'):
-    sources.load('emnist_letters')
+  with pytest.raises(UserError, match='fedjax-drift-data import DIR --dataset=emnist_letters'):
+    sources.load('emnist', emnist_split='letters')
   _imported(tmp_path / 'extracted', '--dataset=emnist_letters')
   _check_emnist(sources.load('emnist', emnist_split='letters'), 26)
   _check_emnist(sources.load('emnist_letters'), 26)

@@ -419,8 +419,12 @@ def read(dataset, data_dir):
 def _imported(name, extra=()):
   """The imported cache of `name` as the arrays dict, with the `extra` arrays too."""
   from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
-  arrays = dict(zip(('x_train', 'y_train', 'x_test', 'y_test'), sources.load_imported(name)))
   path = sources.imported_path(name)
+  if name in EMNIST_NAMES[1:] and not os.path.exists(path):  # import takes byclass by default
+    raise UserError(f'EMNIST\'s {name[len("emnist_"):]} split needs --data_dir=DIR, or import it '
+                    f'once with `fedjax-drift-data import DIR --dataset={name}` (nothing at '
+                    f'{path})')
+  arrays = dict(zip(('x_train', 'y_train', 'x_test', 'y_test'), sources.load_imported(name)))
   with np.load(path, allow_pickle=False) as f:
     missing = [k for k in extra if k not in f]
     if missing:
