@@ -55,6 +55,9 @@ def test_cifar100_in_place_imported_fine_and_coarse(tmp_path, capsys):
     assert {'y_train_coarse', 'y_test_coarse'} <= set(f.files)
   _imported(tmp_path / 'extracted')  # the extracted folder is found too
   _check_cifar100(sources.load('cifar100', cifar100_labels='coarse'), 'coarse')
+  with tarfile.open(tar) as t:  # beside its archive, the extracted copy is not read again
+    t.extractall(tmp_path / 'dl', filter='data')
+  assert [name for name, _ in prepare.find(str(tmp_path / 'dl'))] == ['cifar100']
 
 
 def test_cifar100_pickles_may_hold_only_arrays(tmp_path):

@@ -479,6 +479,13 @@ def found_in(dirpath, files, subdirs):
   return found
 
 
+def extracted_copies(files):
+  """The folder names that hold the extracted copy of an archive among `files` (a set)."""
+  archives = {'cifar-100-python.tar.gz': 'cifar-100-python',
+              'tiny-imagenet-200.zip': 'tiny-imagenet-200', 'gzip.zip': 'gzip'}
+  return {folder for archive, folder in archives.items() if archive in files}
+
+
 def _zip_emnist_splits(path):
   """The EMNIST splits in NIST's gzip.zip; an unreadable or foreign one counts as byclass,
   so that importing it ends in the reader's error naming the file."""

@@ -70,6 +70,8 @@ def find(root, image_size=0):
     found += downloads.found_in(dirpath, set(files), set(subdirs))
     if 'wnids.txt' in files:  # an extracted Tiny-ImageNet: do not walk its 120,000 images
       subdirs[:] = []
+    # An archive's extracted copy beside it would be imported twice: the archive is enough.
+    subdirs[:] = [d for d in subdirs if d not in downloads.extracted_copies(set(files))]
     domains = multidomain.found_in(dirpath, set(files), set(subdirs), image_size)
     if domains:  # do not walk DomainNet's image folders or the digit domains' own folders
       found, subdirs[:] = found + domains, [d for d in subdirs if d not in multidomain.FOLDERS]
