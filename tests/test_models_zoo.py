@@ -4,6 +4,9 @@ resnet50_gn / resnet50_bn (FedGKD, Tiny-ImageNet), alexnet_bn and digit_cnn_bn (
 cnn_emnist (Reddi et al. 2021), cnn_cifar_moon (FedADC §IV-A2); the projection head on
 BatchNorm models, --projection_hidden, --gn_groups / --gn_group_size and --dropout.
 """
+import pathlib
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -297,3 +300,50 @@ def test_every_model_has_a_whole_summary_line():
   for name, line in summaries.items():
     assert line and len(line) <= 90 and not line.endswith('...'), (name, line)
     assert line.count('(') == line.count(')'), (name, line)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('algo', ['moon', 'fedgkd_plus'])
+def test_moon_and_fedgkd_plus_run_on_a_batchnorm_model(tiny_npz, unequal_partition, algo):
+  """Refused before issue 19: a projection head on a BN model, end to end for two rounds."""
+  import fedjax_drift
+  from helpers import run_rounds, tiny_config
+  exp = fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, algo=algo, model='mlp_bn',
+                                         moon_projection_dim=4, batch_size=4))
+  assert exp.model.has_state
+  state = run_rounds(exp, 2)
+  params = state.params
+  assert set(params['params']) == {'base', 'projection_dense1', 'projection_dense2',
+                                   'classifier'}
+  assert all(np.isfinite(np.asarray(v)).all() for v in jax.tree.leaves(params))
+  moved = jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), params['batch_stats'],
+                       exp.state.params['batch_stats'])
+  assert min(jax.tree.leaves(moved)) > 0
+
+
+def _readme_model_rows():
+  """{model name: (input shape, classes, [counts])} from the README's models table."""
+  readme = (pathlib.Path(__file__).resolve().parent.parent / 'README.md').read_text()
+  section = readme.split('### Models (`--model=`)')[1].split('\n### ')[0]
+  rows = {}
+  for line in section.splitlines():
+    cells = [c.strip() for c in line.strip().strip('|').split('|')]
+    if len(cells) != 5 or not cells[0].startswith('`'):
+      continue
+    shape, classes = cells[2].split(', ')
+    counts = [int(n.replace(',', '')) for n in re.findall(r'[\d,]{3,}', cells[3])]
+    for name in re.findall(r'`(\w+)`', cells[0]):
+      rows[name] = (tuple(int(d) for d in shape.split('×')), int(classes), counts)
+  return rows
+
+
+@pytest.mark.slow
+def test_readme_lists_every_model_with_its_parameter_count():
+  rows = _readme_model_rows()
+  assert set(rows) == set(zoo.MODELS)
+  for name, (shape, classes, counts) in rows.items():
+    own = _count(name, classes, shape)
+    assert own in counts, (name, own, counts)
+    others = [c for c in counts if c != own]
+    if others and name in ('cnn_cifar_moon', 'resnet8', 'resnet50_bn'):  # "+ head"
+      assert others == [_count(name, classes, shape, projection_dim=256)], name
