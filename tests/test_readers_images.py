@@ -201,7 +201,8 @@ def _gz_folder(d, split='byclass'):
 
 def _truncated_gz(d):
   path = os.path.join(_gz_folder(d), 'emnist-byclass-test-labels-idx1-ubyte.gz')
-  raw = gzip.decompress(open(path, 'rb').read())
+  with gzip.open(path) as f:
+    raw = f.read()
   with gzip.open(path, 'wb') as f:
     f.write(raw[:-3])
 

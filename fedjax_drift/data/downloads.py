@@ -5,6 +5,7 @@ arrays: x_train, y_train, x_test, y_test (images NHWC uint8, labels int64 in the
 canonical order), plus CIFAR-100's y_train_coarse and y_test_coarse. A missing, truncated or
 foreign file ends in a one-line UserError naming it.
 """
+import contextlib
 import io
 import os
 import tarfile
@@ -132,6 +133,9 @@ class _ZipTree:
   def where(self, name):
     return f'{self.path}:{self.prefix}{name}'
 
+  def close(self):
+    self.zip.close()
+
 
 class _DirTree:
   """Files below a folder, named by their '/'-separated relative paths."""
@@ -153,6 +157,9 @@ class _DirTree:
 
   def where(self, name):
     return os.path.join(self.path, *name.split('/'))
+
+  def close(self):
+    pass
 
 
 def _tiny_imagenet_tree(path):
@@ -178,7 +185,7 @@ def _text_lines(tree, name):
 
 
 def _tiny_imagenet_examples(tree):
-  """([(train member, label)], [(val member, label)], number of classes)."""
+  """([(train member, label)], [(val member, label)]) with labels in wnids.txt's order."""
   wnids = [line.strip() for line in _text_lines(tree, 'wnids.txt')]
   label = {w: i for i, w in enumerate(wnids)}
   if len(label) != len(wnids) or not wnids:
@@ -200,7 +207,7 @@ def _tiny_imagenet_examples(tree):
       raise UserError(f'{tree.where(annotations)} line {row + 1} is not "file<TAB>wnid<TAB>'
                       'bbox" with a wnid of wnids.txt')
     test.append((f'val/images/{fields[0]}', label[fields[1]]))
-  return train, test, len(wnids)
+  return train, test
 
 
 def _decode_into(tree, examples, out, desc):
@@ -231,13 +238,13 @@ def read_tiny_imagenet(path):
   Greyscale JPEGs become RGB. Images are decoded one at a time into preallocated arrays,
   straight from the zip, so memory holds the result and one image.
   """
-  tree = _tiny_imagenet_tree(path)
-  train, test, _ = _tiny_imagenet_examples(tree)
-  shape = (TINY_IMAGENET_SIZE, TINY_IMAGENET_SIZE, 3)
-  x_train = np.empty((len(train),) + shape, np.uint8)
-  y_train = _decode_into(tree, train, x_train, 'tiny_imagenet train')
-  x_test = np.empty((len(test),) + shape, np.uint8)
-  y_test = _decode_into(tree, test, x_test, 'tiny_imagenet val')
+  with contextlib.closing(_tiny_imagenet_tree(path)) as tree:
+    train, test = _tiny_imagenet_examples(tree)
+    shape = (TINY_IMAGENET_SIZE, TINY_IMAGENET_SIZE, 3)
+    x_train = np.empty((len(train),) + shape, np.uint8)
+    y_train = _decode_into(tree, train, x_train, 'tiny_imagenet train')
+    x_test = np.empty((len(test),) + shape, np.uint8)
+    y_test = _decode_into(tree, test, x_test, 'tiny_imagenet val')
   return {'x_train': x_train, 'y_train': y_train, 'x_test': x_test, 'y_test': y_test}
 
 
@@ -257,7 +264,8 @@ def emnist_splits_in(names):
 
 
 def _emnist_opener(path):
-  """(open(file name) -> binary file object, where(file name) -> str) for a zip or folder."""
+  """(open(file name) -> binary file object, where(file name) -> str, close()) for NIST's zip
+  or a folder of its files."""
   if os.path.isfile(path):
     try:
       archive = zipfile.ZipFile(path)
@@ -268,7 +276,7 @@ def _emnist_opener(path):
       if name not in members:
         raise UserError(f'{path} lacks gzip/{name} (expected NIST\'s EMNIST gzip.zip)')
       return archive.open(members[name])
-    return open_member, lambda name: f'{path}:{members.get(name, name)}'
+    return open_member, lambda name: f'{path}:{members.get(name, name)}', archive.close
   folders = [path, os.path.join(path, 'gzip')]
   def where(name):
     return next((os.path.join(f, name) for f in folders if os.path.isfile(os.path.join(f, name))),
@@ -278,7 +286,7 @@ def _emnist_opener(path):
       raise UserError(f'missing {where(name)} (EMNIST\'s --data_dir holds NIST\'s gzip.zip or '
                       'its gzip/emnist-SPLIT-*-ubyte.gz files)')
     return open(where(name), 'rb')
-  return open_file, where
+  return open_file, where, lambda: None
 
 
 def _emnist_path(path):
@@ -305,14 +313,17 @@ def read_emnist(path, split='byclass'):
   path = _emnist_path(path)
   if not os.path.exists(path):
     raise UserError(f'missing {path} (NIST\'s EMNIST gzip.zip or a folder of its .gz files)')
-  open_file, where = _emnist_opener(path)
+  open_file, where, close = _emnist_opener(path)
   arrays = []
-  for name, ndim in zip(emnist_files(split), (3, 1, 3, 1)):
-    with open_file(name) as f:
-      try:
-        arrays.append(sources._read_idx(f, ndim, where(name)))  # pylint: disable=protected-access
-      except (zipfile.BadZipFile, zlib.error) as e:
-        raise UserError(f'cannot read {where(name)}: {_one_line(e)}') from None
+  try:
+    for name, ndim in zip(emnist_files(split), (3, 1, 3, 1)):
+      with open_file(name) as f:
+        try:
+          arrays.append(sources._read_idx(f, ndim, where(name)))  # pylint: disable=protected-access
+        except (zipfile.BadZipFile, zlib.error) as e:
+          raise UserError(f'cannot read {where(name)}: {_one_line(e)}') from None
+  finally:
+    close()
   x_train, y_train, x_test, y_test = arrays
   if split == 'letters':
     y_train, y_test = y_train.astype(np.int64) - 1, y_test.astype(np.int64) - 1
