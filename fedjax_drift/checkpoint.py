@@ -8,6 +8,11 @@ step that fails to load or to match is skipped for the newest intact one, so a d
 latest checkpoint costs some rounds, never correctness. The pytree structure comes from the
 caller's `like` tree, so states with a leading run axis work unchanged.
 
+Each checkpoint is tied to its run: the history it stores carries `_run` (the run id of the
+run directory's record and the sha256 of the run-defining flags), covered by the checksum,
+and `restore(expect=...)` refuses, naming what differs, a checkpoint of another run or of
+other flags.
+
 A state split over processes (distributed.py) is saved as global arrays: every process writes
 its own rows, and no host ever holds a whole client table. Its checksum (format 3) hashes a
 fingerprint each array gets on the devices, which does not depend on how the array is split,
@@ -23,6 +28,7 @@ import tempfile
 import jax
 import numpy as np
 
+from fedjax_drift import report
 from fedjax_drift.errors import UserError
 
 FORMAT = 2  # 1: a ServerState saved as orbax's StandardSave without a checksum
@@ -153,7 +159,8 @@ class Checkpointer:
   Creating one writes nothing; the directory appears with the first save.
   """
 
-  def __init__(self, run_dir, max_to_keep=2):
+  def __init__(self, run_dir, max_to_keep=2, identity=None):
+    """identity: {'run_id', 'config_sha256'} stored in every checkpoint saved (or None)."""
     import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
     self._ocp = ocp
     self.directory = os.path.abspath(os.path.join(run_dir, 'checkpoints'))
@@ -161,6 +168,7 @@ class Checkpointer:
     self._manager = None
     self._damaged = []  # steps found damaged by restore(); deleted before the next save
     self.restored_round = None
+    self.identity = identity
 
   def _open(self, create):
     if self._manager is None and (create or os.path.isdir(self.directory)):
@@ -182,7 +190,11 @@ class Checkpointer:
   def save(self, state, history: dict, step=None):
     """Writes checkpoints/<step>; step defaults to state.round (with a leading run axis,
     its first entry)."""
+    if self._manager is None:
+      report.will_create(self.directory)  # entered in the run's record before it exists
     ocp, manager = self._ocp, self._open(create=True)
+    if self.identity is not None:
+      history = {**history, '_run': dict(self.identity)}
     step = int(np.asarray(state.round).reshape(-1)[0]) if step is None else int(step)
     for bad in self._damaged + ([step] if step in manager.all_steps() else []):
       if bad in manager.all_steps():
@@ -228,10 +240,14 @@ class Checkpointer:
                 if _is_key(x) else arrays[f'{i:05d}'] for i, x in enumerate(leaves)]
     return jax.tree.unflatten(treedef, restored), history
 
-  def restore(self, like, log=print):
+  def restore(self, like, log=print, expect=None):
     """(state, history) of the newest intact checkpoint; `like` gives structure, shapes and
     dtypes. Damaged newer ones are reported in one line via `log` and deleted at the next
     save. Reads only: a failed restore changes nothing on disk. UserError if none is intact.
+
+    expect: {'run_id', 'config_sha256', 'legacy'}: the checkpoint must carry this identity
+    (UserError naming what differs); with 'legacy' true, one carrying none is accepted (a
+    run from before the identity). None: not checked.
     """
     damaged = []
     for step in reversed(self.rounds()):
@@ -242,6 +258,9 @@ class Checkpointer:
       except ValueError as e:
         damaged.append((step, str(e)))
         continue
+      history = dict(history) if isinstance(history, dict) else history
+      found = history.pop('_run', None) if isinstance(history, dict) else None
+      self._check_identity(step, found, expect)
       if damaged:
         log(f'checkpoint(s) at round {", ".join(str(s) for s, _ in damaged)} in '
             f'{self.directory} damaged ({damaged[0][1]}); resuming from round {step}')
@@ -251,6 +270,26 @@ class Checkpointer:
     detail = f' (round {damaged[0][0]}: {damaged[0][1]})' if damaged else ''
     raise UserError(f'--resume: no intact checkpoint in {self.directory}{detail}; start the '
                     'run again without --resume')
+
+  def _check_identity(self, step, found, expect):
+    """UserError unless the identity `found` in checkpoint `step` is the one `expect`ed."""
+    if expect is None:
+      return
+    where = f'--resume: the checkpoint at round {step} in {self.directory}'
+    if not isinstance(found, dict):
+      if expect.get('legacy'):
+        return
+      raise UserError(f'{where} carries no run id, so it was copied from elsewhere (or '
+                      'written before fedjax-drift tied checkpoints to runs); remove it or '
+                      'start a new run')
+    if found.get('run_id') != expect['run_id']:
+      raise UserError(f'{where} belongs to another run (run id {str(found.get("run_id"))[:12]}, '
+                      f'this directory\'s is {expect["run_id"][:12]}); remove it or start a '
+                      'new run')
+    if found.get('config_sha256') != expect['config_sha256']:
+      raise UserError(f'{where} was written with other flags than this run\'s (their sha256 '
+                      f'{str(found.get("config_sha256"))[:12]}, now '
+                      f'{expect["config_sha256"][:12]}); remove it or start a new run')
 
   def close(self):
     if self._manager is not None:

@@ -115,13 +115,18 @@ def fingerprint(config) -> dict:
   return {'files': files, 'tfds': tfds}
 
 
-def check_unchanged(saved: dict, run_dir):
+def check_unchanged(saved: dict, run_dir, while_reading=False):
   """UserError naming the first input that changed since the run in run_dir started.
 
   saved: the run's fingerprint (config.json `_resolved.inputs`); files are re-hashed now.
+  while_reading: `saved` was taken just before this launch read the files (simulation.run
+  fingerprints before loading and checks after, so the recorded hash is of the bytes read).
   """
   for entry in saved.get('files', []):
     path = sources.EMBEDDED_PATH if entry['path'] == 'embedded' else entry['path']
+    if while_reading and (not os.path.isfile(path) or sha256(path) != entry['sha256']):
+      raise UserError(f'input {path} ({entry["flag"]}) changed while it was being read; run '
+                      'again once it stays unchanged')
     if not os.path.isfile(path):
       raise UserError(f'--resume: input {path} ({entry["flag"]}) of {run_dir} no longer exists')
     if sha256(path) != entry['sha256']:

@@ -15,20 +15,53 @@ TEMP_PREFIX, TEMP_SUFFIX = '.fjd-', '.tmp'
 TEMP_NAME_LEN = len(TEMP_PREFIX) + 8 + len(TEMP_SUFFIX)  # '.fjd-1a2b3c4d.tmp'
 
 
-def temp_name(directory):
-  """A fresh fixed-length temporary file name in `directory`.
+# realpath of a run directory -> its rundir.Record while a run writes there (see
+# start_recording): files written there are entered in the record first, and temporaries
+# carry its tag. The run's Lock holder alone writes there, so one entry per directory.
+_records = {}
+
+
+def start_recording(directory, record):
+  """From now on atomic_write into `directory` records each file's base name in `record`
+  (record.add) before creating it, and names temporaries with record.temp_tag."""
+  _records[os.path.realpath(directory)] = record
+
+
+def stop_recording(directory):
+  _records.pop(os.path.realpath(directory), None)
+
+
+def will_create(path):
+  """Records `path` (a file or directory about to be created) in the record of its
+  directory, when a run is recording there (see `start_recording`)."""
+  record = _records.get(os.path.realpath(os.path.dirname(os.path.abspath(path))))
+  if record is not None:
+    record.add(os.path.basename(os.path.abspath(path)))
+
+
+def temp_name(directory, tag=None):
+  """A fresh fixed-length temporary file name in `directory`; `tag` (4 hex digits) starts
+  its random part, so a run's temporaries are recognisable by its record.
 
   Fixed length (not `name + '.tmpPID'`) so a legal final name never becomes too long.
   """
-  return os.path.join(directory, f'{TEMP_PREFIX}{os.urandom(4).hex()}{TEMP_SUFFIX}')
+  tag = tag or os.urandom(2).hex()
+  return os.path.join(directory, f'{TEMP_PREFIX}{tag}{os.urandom(2).hex()}{TEMP_SUFFIX}')
 
 
-def atomic_write(path, data: bytes):
+def atomic_write(path, data: bytes, tag=None):
   """Writes `data` to a temporary name beside `path`, then renames it into place.
 
   On any failure or interrupt the temporary file is removed, so nothing half-written stays.
+  Inside a recording run directory, `path` is recorded first and the temporary carries the
+  run's tag.
   """
-  tmp = temp_name(os.path.dirname(os.path.abspath(path)))
+  directory = os.path.dirname(os.path.abspath(path))
+  record = _records.get(os.path.realpath(directory))
+  if record is not None and tag is None:
+    will_create(path)
+    tag = record.temp_tag
+  tmp = temp_name(directory, tag)
   try:
     with open(tmp, 'xb') as f:
       f.write(data)

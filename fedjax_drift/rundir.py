@@ -1,18 +1,28 @@
-"""The run directory: what this tool writes there, who may write, and what --overwrite removes.
+"""The run directory: a record of what this tool wrote there, who may write, what goes.
 
-The tool knows its own layout (OWN_FILES, OWN_DIRS, *.png, its temporary files), so
-`--overwrite` removes only those and refuses when anything else is present, unless the user
-confirms with `--overwrite=force`. It never removes the directory itself, the working
-directory or one of its ancestors, or an input file. An exclusive `flock` on the directory
-(no lock file: the kernel drops it when the holder dies, so a killed run never blocks
-`--resume`) keeps a second process out for the whole run.
+Ownership is by record, not by name. Every run directory carries `.fedjax-drift.json` (the
+MARKER): the run's identity (a random run id, when it was created, the tool's version, a hash
+of the run-defining flags) and a manifest of every entry the tool created there, each name
+recorded before the entry is created. `--overwrite`, `--resume` and the removal of a killed
+run's temporary files touch only what that record names:
+- bare `--overwrite` removes the recorded entries and refuses, naming one, when anything else
+  is there; `--overwrite=force` removes everything, but only in a directory that is empty or
+  carries the marker, and never in $HOME, / or an ancestor of either;
+- a directory with files but no marker is never emptied (it is another tool's, or a
+  fedjax-drift run from before the record: see `adopt`);
+- temporary files are removed only when they match this run's recorded temporary names.
+It never removes the working directory (or an ancestor), or an input file. An exclusive
+`flock` on the directory (no lock file: the kernel drops it when the holder dies, so a killed
+run never blocks `--resume`) keeps a second process out for the whole run.
 
 Every check that can fail runs before compilation (`check_out`, `check_save_params`).
 """
 import contextlib
+import datetime
 import errno
 import fcntl
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -20,11 +30,14 @@ import shutil
 from fedjax_drift import report
 from fedjax_drift.errors import UserError
 
+MARKER = '.fedjax-drift.json'
+MARKER_FORMAT = 1
 OWN_FILES = ('config.json', 'summary.json', 'metrics.csv', 'rounds.csv', 'runs.csv',
              'personalization.csv')
 OWN_DIRS = ('checkpoints', 'tensorboard')
-OWN_PATTERNS = ('*.png', f'{report.TEMP_PREFIX}*{report.TEMP_SUFFIX}',
-                '*.tmp[0-9]*')  # the last: temporaries of versions before fixed-length names
+# What a fedjax-drift from before the record wrote: adopted once, by `adopt`, when such a run
+# (its config.json proves it) is resumed. Never used to decide what a marked run owns.
+LEGACY_NAMES = OWN_FILES + OWN_DIRS + ('accuracy.png', 'drift.png', 'partition.png')
 # Keys every config.json this tool writes has; a directory without them is not our run.
 RUN_KEYS = ('algo', 'model', 'dataset', 'partition', 'rounds', 'seed', '_resolved')
 # Longest path the tool (orbax included) creates below the run directory, with margin:
@@ -46,21 +59,151 @@ def overwrite_mode(value) -> str:
   raise UserError(f'--overwrite={value} is not one of: (bare) --overwrite, --overwrite=force')
 
 
-def is_own(name, extra=()) -> bool:
-  """Whether an entry of a run directory (a base name) is something this tool writes.
+def _now():
+  return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
 
-  extra: further base names that are ours this time (the --save_params file when inside).
+
+def _version():
+  from fedjax_drift import __version__  # pylint: disable=g-import-not-at-top
+  return __version__
+
+
+def canonical(values: dict) -> dict:
+  """values with every non-bool number as a float (1 and 1.0 are one value), for hashing."""
+  def canon(v):
+    if isinstance(v, dict):
+      return {str(k): canon(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+      return [canon(x) for x in v]
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+      return float(v)
+    return v
+  return canon(values)
+
+
+def digest(values: dict) -> str:
+  """sha256 of the canonical JSON of `values` (see `canonical`)."""
+  text = json.dumps(canonical(values), sort_keys=True, allow_nan=True)
+  return hashlib.sha256(text.encode()).hexdigest()
+
+
+def first_difference(recorded: dict, now: dict) -> str:
+  """'--lr: 0.1 when recorded, 0.5 now' for the first (sorted) flag that differs, or ''."""
+  recorded, now = canonical(recorded), canonical(now)
+  for key in sorted(set(recorded) | set(now)):
+    if recorded.get(key) != now.get(key):
+      return (f'--{key}: {recorded.get(key, "(absent)")!r} when recorded, '
+              f'{now.get(key, "(absent)")!r} now')
+  return ''
+
+
+class Record:
+  """RUN_DIR/.fedjax-drift.json: whose run a directory holds and what this tool wrote there.
+
+  Fields: tool, format, version, run_id (32 random hex digits), created (UTC), temporaries
+  (the glob of this run's temporary file names), entries (base names the tool created in the
+  directory, each recorded before it is created), outputs ([{path, sha256}] of --save_params
+  files it wrote elsewhere), config / config_sha256 (the run-defining flags, see
+  `simulation.run_flags`), finished (true once summary, plots and parameters are all
+  written), adopted (the directory predates the record). Every change is written at once,
+  atomically.
   """
-  if name in OWN_FILES or name in OWN_DIRS or name in extra:
-    return True
-  return any(fnmatch.fnmatchcase(name, p) for p in OWN_PATTERNS)
+
+  def __init__(self, run_dir, data):
+    self.run_dir, self.data = run_dir, data
+    self.path = os.path.join(run_dir, MARKER)
+
+  @classmethod
+  def new(cls, run_dir, **fields):
+    """A fresh record (a new run id) for run_dir, written at once."""
+    run_id = os.urandom(16).hex()
+    record = cls(run_dir, {
+        'tool': 'fedjax-drift', 'format': MARKER_FORMAT, 'version': _version(),
+        'run_id': run_id, 'created': _now(), 'adopted': False, 'finished': False,
+        'temporaries': f'{report.TEMP_PREFIX}{run_id[:4]}????{report.TEMP_SUFFIX}',
+        'entries': [], 'outputs': [], 'config_sha256': None, 'config': None, **fields})
+    record.save()
+    return record
+
+  @classmethod
+  def load(cls, run_dir):
+    """The record in run_dir, or None when it has none; UserError when it is unreadable."""
+    path = os.path.join(run_dir, MARKER)
+    if not os.path.lexists(path):
+      return None
+    try:
+      with open(path) as f:
+        data = json.load(f)
+    except (OSError, ValueError) as e:
+      raise UserError(f'--out: cannot read the run record {path} ({e})') from None
+    if not isinstance(data, dict) or data.get('tool') != 'fedjax-drift' or not isinstance(
+        data.get('entries'), list) or not isinstance(data.get('run_id'), str):
+      raise UserError(f'--out: {path} is not a fedjax-drift run record')
+    data.setdefault('outputs', [])
+    return cls(run_dir, data)
+
+  @classmethod
+  def adopt(cls, run_dir, finished):
+    """A record for a run directory written before records existed (its config.json is
+    fedjax-drift's): the entries the old version's layout names, and its own temporaries."""
+    names = [n for n in sorted(os.listdir(run_dir)) if n in LEGACY_NAMES or
+             (len(n) == report.TEMP_NAME_LEN and fnmatch.fnmatchcase(
+                 n, f'{report.TEMP_PREFIX}*{report.TEMP_SUFFIX}'))]
+    return cls.new(run_dir, adopted=True, finished=bool(finished), entries=names)
+
+  @property
+  def run_id(self):
+    return self.data['run_id']
+
+  @property
+  def temp_tag(self):
+    """The 4 hex digits that start every temporary name of this run (report.temp_name)."""
+    return self.data['temporaries'][len(report.TEMP_PREFIX):][:4]
+
+  def save(self):
+    report.atomic_write(self.path, (json.dumps(self.data, indent=1) + '\n').encode(),
+                        tag=self.temp_tag)
+
+  def add(self, name):
+    """Records base name `name` as created by this tool (call before creating it)."""
+    if name != MARKER and name not in self.data['entries']:
+      self.data['entries'].append(name)
+      self.save()
+
+  def add_output(self, path, sha256):
+    """Records a file written outside the directory (--save_params) with its sha256."""
+    path = os.path.realpath(path)
+    self.data['outputs'] = [o for o in self.data['outputs'] if o['path'] != path] + [
+        {'path': path, 'sha256': sha256}]
+    self.save()
+
+  def wrote(self, path) -> bool:
+    """Whether `path` is an output this run recorded and nobody has changed since."""
+    path = os.path.realpath(path)
+    for output in self.data['outputs']:
+      if output['path'] == path and os.path.isfile(path):
+        return _sha256(path) == output['sha256']
+    return False
+
+  def set(self, **fields):
+    if any(self.data.get(k) != v for k, v in fields.items()):
+      self.data.update(fields)
+      self.save()
+
+  def is_temporary(self, name) -> bool:
+    return len(name) == report.TEMP_NAME_LEN and fnmatch.fnmatchcase(
+        name, self.data['temporaries'])
+
+  def owns(self, name) -> bool:
+    return name in self.data['entries'] or self.is_temporary(name)
 
 
-def foreign_entries(run_dir, extra=()) -> list:
-  """Sorted base names in run_dir that this tool did not write."""
-  if not os.path.isdir(run_dir):
-    return []
-  return sorted(n for n in os.listdir(run_dir) if not is_own(n, extra))
+def _sha256(path):
+  h = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for chunk in iter(lambda: f.read(1 << 20), b''):
+      h.update(chunk)
+  return h.hexdigest()
 
 
 def _inside(path, parent) -> bool:
@@ -79,22 +222,47 @@ def _protected(entry, inputs):
   return None
 
 
-def plan_clear(run_dir, mode, inputs=(), extra=()) -> list:
+def _home_or_root(run_dir):
+  """Why --overwrite=force must never act on run_dir ('$HOME', '/' or an ancestor), or None."""
+  home = os.path.expanduser('~')
+  if os.path.realpath(run_dir) == os.path.realpath(os.sep):
+    return '/'
+  if home and home != os.sep and _inside(home, run_dir):
+    return '$HOME' if os.path.realpath(home) == os.path.realpath(run_dir) else \
+        f'an ancestor of $HOME ({home})'
+  return None
+
+
+def plan_clear(run_dir, mode, inputs=()) -> list:
   """The base names --overwrite=`mode` would remove from run_dir; removes nothing.
 
-  'yes' takes only our entries and refuses (UserError naming one) if any other is present;
-  'force' takes every entry. An input, the working directory or one of its ancestors make
-  it refuse too. The directory itself always stays (it may be locked).
+  Only a directory with a record (MARKER) is ever emptied: 'yes' takes the recorded entries
+  and refuses (UserError naming one) if anything else is there; 'force' takes every entry,
+  but never in $HOME, / or their ancestors. An input, the working directory or one of its
+  ancestors make it refuse too. The directory and its record stay (the directory may be
+  locked; the record is replaced by the next run's).
   """
+  why = _home_or_root(run_dir) if mode == 'force' else None
+  if why:
+    raise UserError(f'--overwrite=force never empties {why}; pick another --out')
   if _inside(os.getcwd(), run_dir) and mode == 'force':
     raise UserError(f'--overwrite=force would empty {run_dir}, which holds the working '
                     'directory; pick another --out')
-  foreign = foreign_entries(run_dir, extra)
+  names = sorted(n for n in os.listdir(run_dir) if n != MARKER) if os.path.isdir(run_dir) \
+      else []
+  if not names:
+    return []
+  record = Record.load(run_dir)
+  if record is None:
+    raise UserError(f'--overwrite: {os.path.join(run_dir, names[0])} is in a directory with no '
+                    f'fedjax-drift record ({MARKER}), so nothing there is known to be ours; '
+                    'remove the files yourself or pick another --out')
+  foreign = [n for n in names if not record.owns(n)]
   if foreign and mode != 'force':
     raise UserError(f'--overwrite: {os.path.join(run_dir, foreign[0])} was not written by '
-                    'fedjax-drift; remove it, pick another --out, or pass --overwrite=force')
-  entries = sorted(os.listdir(run_dir)) if mode == 'force' else \
-      sorted(n for n in os.listdir(run_dir) if is_own(n, extra))
+                    'this run of fedjax-drift; remove it, pick another --out, or pass '
+                    '--overwrite=force')
+  entries = names if mode == 'force' else [n for n in names if record.owns(n)]
   for name in entries:
     why = _protected(os.path.join(run_dir, name), inputs)
     if why:
@@ -103,27 +271,49 @@ def plan_clear(run_dir, mode, inputs=(), extra=()) -> list:
   return entries
 
 
-def clear(run_dir, mode, inputs=(), extra=()) -> list:
+def clear(run_dir, mode, inputs=()) -> list:
   """Removes what plan_clear allows (refusing as it does); returns the removed base names."""
-  entries = plan_clear(run_dir, mode, inputs, extra)
+  entries = plan_clear(run_dir, mode, inputs)
   for name in entries:
     path = os.path.join(run_dir, name)
     if os.path.isdir(path) and not os.path.islink(path):
       shutil.rmtree(path)
-    else:
+    elif os.path.lexists(path):
       os.remove(path)
   return entries
 
 
-def remove_temporaries(run_dir) -> list:
-  """Removes temporary files a killed run of this tool left in run_dir; returns their names."""
-  if not os.path.isdir(run_dir):
+def remove_temporaries(record) -> list:
+  """Removes the temporary files a killed run left, only those matching the record's
+  temporary names; returns their base names."""
+  if record is None or not os.path.isdir(record.run_dir):
     return []
-  names = [n for n in os.listdir(run_dir)
-           if any(fnmatch.fnmatchcase(n, p) for p in OWN_PATTERNS[1:])]
+  names = [n for n in sorted(os.listdir(record.run_dir)) if record.is_temporary(n)]
   for name in names:
-    os.remove(os.path.join(run_dir, name))
+    os.remove(os.path.join(record.run_dir, name))
   return names
+
+
+def open_record(run_dir, resume, mode, inputs=(), log=print):
+  """The record of the run about to write in run_dir (we hold its Lock).
+
+  Resume: the existing record, or a record adopting a directory from before records (one
+  line says so); the killed launch's temporaries are removed. Otherwise: what --overwrite
+  allows is removed, and a new record (a new run id) replaces any old one.
+  """
+  if resume:
+    record = Record.load(run_dir)
+    if record is None:
+      record = Record.adopt(run_dir, os.path.exists(os.path.join(run_dir, 'summary.json')))
+      log(f'{run_dir} predates fedjax-drift\'s run records; it now has one ({MARKER}) '
+          f'listing {len(record.data["entries"])} entries of its layout')
+    remove_temporaries(record)
+    return record
+  old = Record.load(run_dir) if os.path.isdir(run_dir) else None
+  if mode:
+    clear(run_dir, mode, inputs)
+  remove_temporaries(old)
+  return Record.new(run_dir)
 
 
 def read_run_config(run_dir) -> dict:
@@ -153,6 +343,8 @@ def enclosing_run(path):
   """The nearest proper ancestor of `path` that is a run directory of this tool, or None."""
   here = os.path.dirname(os.path.abspath(path))
   while True:
+    if os.path.isfile(os.path.join(here, MARKER)):
+      return here
     config = os.path.join(here, 'config.json')
     if os.path.isfile(config):
       try:
@@ -208,7 +400,7 @@ def check_writable(directory, flag):
     raise UserError(f'{flag}: cannot write in {existing} ({os.strerror(e.errno)})') from None
 
 
-def check_out(run_dir, resume, overwrite, inputs=(), save_params=''):
+def check_out(run_dir, resume, overwrite, inputs=()):
   """Every check on --out that can fail, before any work. Writes nothing.
 
   inputs: the dataset and partition files the run reads (absolute paths).
@@ -230,22 +422,27 @@ def check_out(run_dir, resume, overwrite, inputs=(), save_params=''):
   elif os.path.isdir(run_dir) and os.listdir(run_dir):
     if not mode:
       raise UserError(f'{flag} already exists; pass --overwrite to replace it')
-    plan_clear(run_dir, mode, inputs, own_extra(run_dir, save_params))
+    plan_clear(run_dir, mode, inputs)
+  elif mode == 'force' and _home_or_root(run_dir):  # empty: nothing to remove, still refused
+    raise UserError(f'--overwrite=force never acts on {_home_or_root(run_dir)}; pick another '
+                    '--out')
   check_writable(run_dir, flag)
 
 
-def own_extra(run_dir, save_params):
-  """(the --save_params base name,) when that file lies directly in run_dir, else ()."""
-  if save_params and os.path.dirname(os.path.realpath(save_params)) == \
-      os.path.realpath(run_dir):
-    return (os.path.basename(save_params),)
-  return ()
+def check_save_params(path, run_dir, inputs=(), overwrite='', resume=False):
+  """Every check on --save_params that can fail, before any work. Writes nothing.
 
-
-def check_save_params(path, run_dir, inputs=()):
-  """Every check on --save_params that can fail, before any work. Writes nothing."""
+  An existing file is replaced only with --overwrite (not on --resume) or when the run in
+  run_dir recorded writing it and it is unchanged since.
+  """
   if not path:
     return
+  if os.path.isfile(path) and not (overwrite_mode(overwrite) and not resume):
+    record = Record.load(run_dir) if os.path.isdir(run_dir) else None
+    if record is None or not record.wrote(path):
+      raise UserError(f'--save_params={path} already exists and this run did not write it; '
+                      + ('pick another file' if resume else
+                         'pass --overwrite to replace it, or pick another file'))
   flag = f'--save_params={path}'
   if os.path.isdir(path):
     raise UserError(f'{flag} is a directory')
@@ -313,3 +510,5 @@ def claimed(run_dir):
     if created and os.path.isdir(run_dir) and not os.listdir(run_dir):
       os.rmdir(run_dir)
     raise
+  finally:
+    report.stop_recording(run_dir)  # the run's record, if it started one, ends with the lock

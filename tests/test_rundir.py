@@ -22,19 +22,23 @@ RUN_CONFIG = {'algo': 'fedavg', 'model': 'logreg', 'dataset': 'embedded', 'parti
               'rounds': 3, 'seed': 0, '_resolved': {}}
 
 
-def _fake_run(path, extra=()):
-  """A directory laid out like a finished run, plus `extra` foreign files."""
+def _fake_run(path, extra=(), recorded=()):
+  """A directory laid out like a finished run, with its record (rundir.Record) naming what
+  the run wrote, plus `extra` foreign files (and `recorded` ones the record names too)."""
   os.makedirs(path / 'checkpoints' / '3', exist_ok=True)
   (path / 'config.json').write_text(json.dumps(RUN_CONFIG))
-  for name in ('summary.json', 'metrics.csv', 'rounds.csv', 'accuracy.png',
-               '.fjd-0123abcd.tmp', 'metrics.csv.tmp4242'):
+  own = ['config.json', 'checkpoints', 'summary.json', 'metrics.csv', 'rounds.csv',
+         'accuracy.png']
+  for name in own[2:]:
     (path / name).write_text('x')
-  for name in extra:
+  record = rundir.Record.new(str(path), entries=own + list(recorded))
+  (path / f'.fjd-{record.temp_tag}abcd.tmp').write_text('x')  # a killed write of this run
+  for name in list(extra) + list(recorded):
     (path / name).write_text('mine')
   return path
 
 
-# 1. --overwrite removes only the tool's own files.
+# 1. --overwrite removes only what the run's record names.
 def test_overwrite_mode_spellings():
   assert [rundir.overwrite_mode(v) for v in ('', False, True, 'yes', 'true', 'force')] == \
       ['', '', 'yes', 'yes', 'yes', 'force']
@@ -46,7 +50,7 @@ def test_clear_removes_only_own_files(tmp_path):
   run = _fake_run(tmp_path / 'run')
   removed = rundir.clear(str(run), 'yes')
   assert 'config.json' in removed and 'checkpoints' in removed
-  assert os.listdir(run) == []
+  assert os.listdir(run) == [rundir.MARKER]
 
 
 def test_clear_refuses_foreign_file_naming_it(tmp_path):
@@ -62,7 +66,7 @@ def test_clear_refuses_foreign_file_naming_it(tmp_path):
 def test_force_removes_foreign_files_but_never_inputs(tmp_path):
   run = _fake_run(tmp_path / 'run', extra=['notes.txt'])
   rundir.clear(str(run), 'force')
-  assert os.listdir(run) == []
+  assert os.listdir(run) == [rundir.MARKER]
   run = _fake_run(tmp_path / 'run', extra=['data.npz'])
   with pytest.raises(UserError, match='data.npz'):
     rundir.clear(str(run), 'force', inputs=[str(run / 'data.npz')])
@@ -82,12 +86,11 @@ def test_never_empties_the_working_directory(tmp_path, monkeypatch):
   assert (run / 'notes.txt').exists()
 
 
-def test_save_params_inside_the_run_counts_as_own(tmp_path):
-  run = _fake_run(tmp_path / 'run', extra=['final.npz'])
-  rundir.check_out(str(run), resume=False, overwrite='yes',
-                   save_params=str(run / 'final.npz'))
-  rundir.clear(str(run), 'yes', extra=('final.npz',))
-  assert os.listdir(run) == []
+def test_save_params_inside_the_run_is_own_when_recorded(tmp_path):
+  run = _fake_run(tmp_path / 'run', recorded=['final.npz'])
+  rundir.check_out(str(run), resume=False, overwrite='yes')
+  rundir.clear(str(run), 'yes')
+  assert os.listdir(run) == [rundir.MARKER]
 
 
 # 2. An exclusive lock for the whole run.

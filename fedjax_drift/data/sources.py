@@ -315,9 +315,17 @@ def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains
                     '0..C-1')
   if num_classes < 2:
     raise UserError(f'{name}: need at least 2 classes, found {num_classes}')
+  # Every split by the same rules: floats finite after the float32 cast, and one scale for
+  # all (uint8 is divided by 255 on the device, floats are used as they are).
+  dtypes = x_train.dtype, x_test.dtype
   if x_train.dtype != np.uint8:
-    x_train, x_test = _finite_float32(name, 'x_train', x_train), _finite_float32(name, 'x_test',
-                                                                                  x_test)
+    x_train = _finite_float32(name, 'x_train', x_train)
+  if x_test.dtype != np.uint8:
+    x_test = _finite_float32(name, 'x_test', x_test)
+  if (dtypes[0] == np.uint8) != (dtypes[1] == np.uint8):
+    raise UserError(f'{name}: x_train is {dtypes[0]} and x_test is {dtypes[1]}, which '
+                    'the model would scale differently (uint8 is divided by 255, floats are '
+                    'used as they are); store both splits as uint8 or both as floats')
   domains_train, domains_test = _check_domains(name, domains_train, domains_test, len(x_train),
                                                len(x_test), domain_names)
   groups = {k: _check_ids(name, f'{k}_train', v, len(x_train)) for k, v in (groups or {}).items()}
