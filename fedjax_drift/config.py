@@ -227,9 +227,10 @@ class Config:
   out: str = _f('', 'run directory (default: runs/<algo>-<dataset>-<partition>-s<seed>-<time>)',
                 group='output')
   overwrite: str = dataclasses.field(default='', metadata={
-      **_f('', "replace an existing run directory: bare --overwrite removes only the files "
-           "fedjax-drift wrote (refusing if others are there); --overwrite=force removes "
-           "everything but the inputs", group='output').metadata, 'const': 'yes'})
+      **_f('', "replace an existing run directory: bare --overwrite removes only what its "
+           "fedjax-drift record (.fedjax-drift.json) lists, refusing if anything else is there; "
+           "--overwrite=force removes everything but the inputs, only in an empty or recorded "
+           "directory, never $HOME", group='output').metadata, 'const': 'yes'})
   checkpoint_every: int = _f(0, 'save the state pytree every this many rounds (0 = at every '
                              'evaluation)', group='run')
   keep_checkpoints: int = _f(2, 'checkpoints kept in RUN_DIR/checkpoints', group='run')
