@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import os
 
-from fedjax_drift.data import sources
+from fedjax_drift.data import hub, multidomain, sources
 from fedjax_drift.errors import UserError
 
 
@@ -18,6 +18,8 @@ def _absolute_flag(name, value):
     return value
   if name == 'dataset' and value.startswith('npz:'):
     return 'npz:' + os.path.abspath(value[4:])
+  if name == 'dataset' and value.startswith('hf:') and os.path.isdir(value[3:]):
+    return 'hf:' + os.path.abspath(value[3:])  # a save_to_disk folder, not a hub name
   if name == 'partition' and value.startswith('file:'):
     return 'file:' + os.path.abspath(value[5:])
   if name in ('data_dir', 'save_params', 'out'):
@@ -43,6 +45,9 @@ def _dataset_files(dataset, data_dir):
     return [sources.EMBEDDED_PATH]
   if dataset.startswith('npz:'):
     return [dataset[4:]]
+  if dataset.startswith('hf:'):  # a save_to_disk folder's files (the local cache: by name)
+    folder = hub.saved_folder(dataset[3:], data_dir)
+    return _files_under(folder) if folder else []
   if not data_dir:
     return [sources.imported_path(dataset)] if dataset in sources.IMPORTABLE else []
   if dataset in ('mnist', 'fashion_mnist'):
@@ -61,6 +66,8 @@ def _dataset_files(dataset, data_dir):
   if dataset == 'digits_domains':
     return ([os.path.join(data_dir, 'mnist', n) for n in sources.IDX_FILES]
             + [os.path.join(data_dir, 'usps', 'usps.npz')])
+  if dataset in multidomain.DATASETS:
+    return multidomain.input_files(dataset, data_dir)
   return []
 
 

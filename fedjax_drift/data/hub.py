@@ -157,11 +157,16 @@ def _is_saved(path):
              for f in ('dataset_dict.json', 'state.json', 'dataset_info.json'))
 
 
-def _hf_open(datasets, spec, data_dir):
-  """The DatasetDict named by hf:SPEC: a save_to_disk folder (SPEC, --data_dir or
-  --data_dir/SPEC), else NAME[:CONFIG] from the local cache (--data_dir as cache_dir)."""
+def saved_folder(spec, data_dir=None):
+  """The save_to_disk folder hf:SPEC names (SPEC, --data_dir or --data_dir/SPEC), or None."""
   folders = [spec] + ([data_dir, os.path.join(data_dir, spec)] if data_dir else [])
-  saved = next((f for f in folders if os.path.isdir(f) and _is_saved(f)), None)
+  return next((f for f in folders if os.path.isdir(f) and _is_saved(f)), None)
+
+
+def _hf_open(datasets, spec, data_dir):
+  """The DatasetDict named by hf:SPEC: a save_to_disk folder (saved_folder), else
+  NAME[:CONFIG] from the local cache (--data_dir as cache_dir)."""
+  saved = saved_folder(spec, data_dir)
   try:
     if saved:
       return datasets.load_from_disk(saved), saved

@@ -288,6 +288,22 @@ def _root(dataset, data_dir):
   raise UserError(f'--data_dir={data_dir} holds no {what}')
 
 
+def input_files(dataset, data_dir):
+  """The pickles a --data_dir read opens, for the run's input fingerprint (--resume refuses
+  changed inputs). DomainNet's images are left out: hashing ~600,000 files at every start
+  would cost more than the run's set-up."""
+  try:
+    root = _root(dataset, data_dir)
+  except UserError:
+    return []  # the loader names what is missing
+  if dataset == 'domainnet':
+    return [os.path.join(root, f'{site}_{split}.pkl') for split in ('train', 'test')
+            for site in DOMAINNET_SITES]
+  return sorted(os.path.join(d, f) for _, folder in DIGITS5
+                for d, _, files in os.walk(os.path.join(root, folder))
+                for f in files if f.endswith('.pkl'))
+
+
 def load(dataset, data_dir=None, image_size=0, digits5_parts=1, **_):
   """digits5 or domainnet from --data_dir, or from the imported copy; a validated Dataset.
 
