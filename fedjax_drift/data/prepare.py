@@ -135,9 +135,10 @@ def import_dir(root, dataset='', image_size=0):
 
 
 def list_imported():
+  width = max(map(len, sources.IMPORTABLE))
   for name in sources.IMPORTABLE:
     path = sources.imported_path(name)
-    print(f'{name:14s} {path if os.path.exists(path) else "not imported"}')
+    print(f'{name:{width}s} {path if os.path.exists(path) else "not imported"}')
 
 
 def main(argv=None):
