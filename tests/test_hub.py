@@ -142,3 +142,13 @@ def test_hf_mistakes_are_one_line(hf_dir, tmp_path):
   # not saved and not in the (empty, hermetic) cache: refused offline, nothing downloaded
   with pytest.raises(UserError, match='hf:someone/absent_dataset: not readable offline'):
     sources.load('hf:someone/absent_dataset')
+
+
+def test_hf_truncated_folder_is_one_line(tmp_path):
+  path = tmp_path / 'broken'
+  layouts.write_hf_dataset(str(path), n_train=3, n_test=3)
+  arrow = next((path / 'train').glob('*.arrow'))
+  arrow.write_bytes(arrow.read_bytes()[:50])
+  with pytest.raises(UserError, match=f'cannot read {path} as a save_to_disk folder') as e:
+    sources.load(f'hf:{path}')
+  assert '\n' not in str(e.value)

@@ -167,9 +167,13 @@ def _hf_open(datasets, spec, data_dir):
   """The DatasetDict named by hf:SPEC: a save_to_disk folder (saved_folder), else
   NAME[:CONFIG] from the local cache (--data_dir as cache_dir)."""
   saved = saved_folder(spec, data_dir)
-  try:
-    if saved:
+  if saved:
+    try:
       return datasets.load_from_disk(saved), saved
+    except Exception as e:  # pylint: disable=broad-except  (truncated or foreign files)
+      raise UserError(f'--dataset=hf:{spec}: cannot read {saved} as a save_to_disk folder: '
+                      f'{_first_line(e)}') from None
+  try:
     if spec.startswith(('/', '.', '~')) or os.path.isdir(spec):
       raise UserError(f'--dataset=hf:{spec}: {spec} is not a folder written by save_to_disk '
                       '(no dataset_dict.json)')
@@ -239,14 +243,19 @@ def load_hf(spec, data_dir=None, image_size=0, image_column='', label_column='',
     label_col = _hf_column(train, label_column, datasets.ClassLabel, 'hf_label_column',
                            f'hf:{spec}')
     arrays = []
-    for name in splits:
-      split = data[name]
-      y = _hf_labels(split, label_col, f'hf:{spec} {name}')
-      pictures = split.select_columns([image_col])
-      x, _ = _stream(len(split), lambda i, p=pictures: (p[i][image_col], 0), image_size,
-                     f'hf:{spec} {name}')
-      arrays += [x, y]
-    groups = _hf_groups(datasets, train, (image_col, label_col))
+    try:
+      for name in splits:
+        split = data[name]
+        y = _hf_labels(split, label_col, f'hf:{spec} {name}')
+        pictures = split.select_columns([image_col])
+        x, _ = _stream(len(split), lambda i, p=pictures: (p[i][image_col], 0), image_size,
+                       f'hf:{spec} {name}')
+        arrays += [x, y]
+      groups = _hf_groups(datasets, train, (image_col, label_col))
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+      if isinstance(e, UserError):
+        raise
+      raise UserError(f'--dataset=hf:{spec}: cannot read {where}: {_first_line(e)}') from None
   if arrays[0].dtype == np.uint8 and arrays[2].dtype == np.uint8:
     arrays[0], arrays[2] = images.same_channels(arrays[0], arrays[2])
   return sources.validate(f'hf:{spec}', *arrays, groups=groups)
