@@ -39,24 +39,26 @@ def _first_line(e):
   return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
 
 
-def _stream(n, get, size, where):
-  """(x [n, ...], y [n] int64) from get(i) -> (image, label), through an ImageStack; features
-  that are not uint8 images (float vectors, for example) are stacked as they are."""
+def _stream(n, image_at, size, where):
+  """x [n, ...] from image_at(i), through an ImageStack; features that are not uint8 images
+  (float vectors, for example) are stacked as they are."""
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  stack, plain, y = images.ImageStack(n, size, where), [], np.zeros(n, np.int64)
+  stack, plain = images.ImageStack(n, size, where), []
   for i in tqdm(range(n), desc=where, unit='example', disable=None):
-    x, y[i] = get(i)
+    x = image_at(i)
+    if isinstance(x, list):
+      x = np.asarray(x)
     if plain or (i == 0 and not _is_image(x)):
       plain.append(np.asarray(x))
     else:
       stack.put(i, x)
   if plain:
     try:
-      return np.stack(plain), y
+      return np.stack(plain)
     except ValueError:
       raise UserError(f'{where}: its examples have different shapes and are not uint8 '
                       'images') from None
-  return stack.result(), y
+  return stack.result()
 
 
 def _is_image(x):
@@ -105,10 +107,12 @@ def _tfds_split(name, split, data_dir, size):
     raise UserError(f'--dataset=tfds:{name}: split {split!r} is empty')
   features = getattr(getattr(source, 'dataset_info', None), 'features', None)
   image_key, label_key = _tfds_keys(name, features, source[0])
-  def get(i):
+  y = np.zeros(len(source), np.int64)
+  def image_at(i):  # one decode per example gives both its image and its label
     example = source[i]
-    return np.asarray(example[image_key]), int(example[label_key])
-  return _stream(len(source), get, size, f'tfds:{name} {split}')
+    y[i] = int(example[label_key])
+    return np.asarray(example[image_key])
+  return _stream(len(source), image_at, size, f'tfds:{name} {split}'), y
 
 
 def load_tfds(name, data_dir=None, image_size=0):
@@ -248,14 +252,13 @@ def load_hf(spec, data_dir=None, image_size=0, image_column='', label_column='',
         split = data[name]
         y = _hf_labels(split, label_col, f'hf:{spec} {name}')
         pictures = split.select_columns([image_col])
-        x, _ = _stream(len(split), lambda i, p=pictures: (p[i][image_col], 0), image_size,
-                       f'hf:{spec} {name}')
+        x = _stream(len(split), lambda i, p=pictures: p[i][image_col], image_size,
+                    f'hf:{spec} {name}')
         arrays += [x, y]
       groups = _hf_groups(datasets, train, (image_col, label_col))
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
       if isinstance(e, UserError):
         raise
       raise UserError(f'--dataset=hf:{spec}: cannot read {where}: {_first_line(e)}') from None
-  if arrays[0].dtype == np.uint8 and arrays[2].dtype == np.uint8:
-    arrays[0], arrays[2] = images.same_channels(arrays[0], arrays[2])
+  arrays[0], arrays[2] = images.same_channels(arrays[0], arrays[2])
   return sources.validate(f'hf:{spec}', *arrays, groups=groups)

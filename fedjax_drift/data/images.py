@@ -77,7 +77,9 @@ class ImageStack:
 
 
 def same_channels(*arrays):
-  """The arrays with grey ones repeated to RGB when any of them is RGB."""
-  if max(a.shape[-1] for a in arrays) == 1:
+  """The arrays with grey ones repeated to RGB when any of them is RGB; arrays that are not
+  all uint8 NHWC images (feature vectors, say) come back unchanged."""
+  if not all(a.dtype == np.uint8 and a.ndim == 4 for a in arrays) or max(
+      a.shape[-1] for a in arrays) == 1:
     return arrays
   return tuple(np.repeat(a, 3, axis=-1) if a.shape[-1] == 1 else a for a in arrays)
