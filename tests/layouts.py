@@ -29,6 +29,13 @@ def _digit_images(rng, n, shape):
   return rng.integers(0, 256, (n,) + shape).astype(np.uint8), y.astype(np.int64)
 
 
+def _numpy1_pickle(obj):
+  """A pickle naming numpy 1.x's modules (numpy.core.multiarray), as FedBN's files do (they
+  were written before numpy 2 renamed numpy.core to numpy._core)."""
+  return pickle.dumps(obj, protocol=2).replace(b'numpy._core.multiarray',
+                                               b'numpy.core.multiarray')
+
+
 def write_digits5(root, parts=3, per_part=10, n_test=12, seed=0):
   """FedBN's digit archive under root: {MNIST,SVHN,USPS,SynthDigits,MNIST_M}/partitions/
   train_part{0..parts-1}.pkl and test.pkl, with the domains' own image shapes.
@@ -42,7 +49,8 @@ def write_digits5(root, parts=3, per_part=10, n_test=12, seed=0):
     train = [_digit_images(rng, per_part, shape) for _ in range(parts)]
     for k, (x, y) in enumerate(train):
       with open(os.path.join(root, folder, 'partitions', f'train_part{k}.pkl'), 'wb') as f:
-        pickle.dump((x, y), f, pickle.HIGHEST_PROTOCOL)
+        f.write(_numpy1_pickle((x, y)) if folder == 'MNIST' else
+                pickle.dumps((x, y), pickle.HIGHEST_PROTOCOL))
     test = _digit_images(rng, n_test, shape)
     stored = (test[0], test[1][:, None]) if folder == 'MNIST' else test
     with open(os.path.join(root, folder, 'test.pkl'), 'wb') as f:
