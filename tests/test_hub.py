@@ -90,7 +90,8 @@ def test_tfds_configs_joined_with_domain_ids(tiny_builder, tmp_path, monkeypatch
                                               'fedjax_drift_tiny_images/b'))
   ds = hub.load_tfds('domainnet', str(tmp_path), image_size=4)
   assert ds.domain_names == ('a', 'b')
-  assert ds.domains_train.tolist() == [0] * 6 + [1] * 6 and ds.domains_test.tolist() == [0] * 3 + [1] * 3
+  assert ds.domains_train.tolist() == [0] * 6 + [1] * 6
+  assert ds.domains_test.tolist() == [0] * 3 + [1] * 3
   # config b's shades are 7 above a's
   assert np.all(ds.x_train[ds.domains_train == 1] % 80 == 7)
   assert np.all(ds.x_train[ds.domains_train == 0] % 80 == 0)
@@ -129,7 +130,8 @@ def test_hf_save_to_disk_folder(hf_dir):
 def test_hf_mistakes_are_one_line(hf_dir, tmp_path):
   path, _ = hf_dir
   cases = [
-      (dict(hf_test_split='validation'), "--hf_test_split=validation: hf:.* has splits train, test"),
+      (dict(hf_test_split='validation'),
+       '--hf_test_split=validation: hf:.* has splits train, test'),
       (dict(hf_image_column='picture'), '--hf_image_column=picture: .* has columns image, label'),
       (dict(hf_label_column='style'), "label column 'style' holds <U"),
   ]
