@@ -42,7 +42,7 @@ def cohort_and_batches(exp, state=None, extra_steps=0):
     batch = functools.partial(_batch, exp.data, exp.data.client_index[int(cid)],
                               int(counts[cid]), key, int(spe[cid]),
                               batch_size=exp.schedule.batch_size)
-    batches[int(cid)] = [tuple(np.asarray(a) for a in batch(s))
+    batches[int(cid)] = [tuple(np.asarray(a) for a in batch(s)[:3])  # x, y, mask
                          for s in range(int(steps[cid]) + extra_steps)]
   return ids, counts, batches
 
