@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import (algorithms, distributed, engine, hardware, inputs, interrupts,
-                          metrics, models, personalize, report, rundir)
+from fedjax_drift import (algorithms, distributed, engine, evaluation, hardware, inputs,
+                          interrupts, metrics, models, personalize, report, rundir)
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -38,7 +38,7 @@ SECONDS_PER_CALL = 1.0  # the host wakes at least this often (progress), unless 
 
 class Compiled(NamedTuple):
   segment: Any            # the ahead-of-time compiled segment
-  evaluate: Any           # (params, scenario state, x, y) -> (loss [R], accuracy [R])
+  evaluate: Any           # evaluation.Evaluator: the protocol, its columns and function
   compile_s: float
   memory_bytes: int
 
@@ -149,16 +149,10 @@ def _compile(study: Study) -> Compiled:
 
 
 def _make_evaluator(study):
-  exp = study.experiments[0]
-  evaluate = engine.make_evaluator(exp.model.apply, study.config.eval_batch_size,
-                                   exp.pipeline.norm if exp.pipeline else None)
-
-  def all_runs(params, scenario_state, x, y):
-    # Test labels under each run's current concept (concept shift); others keep them.
-    return engine.over_runs(lambda p, s: evaluate(p, x, exp.scenario.relabel(s, y)),
-                            (params, scenario_state), study.width)
-
-  return jax.jit(all_runs)
+  # The protocol (the global model, or FedBN's per-client models), its per-domain columns,
+  # test inputs normalised as training batches, labels under each run's current concept:
+  # all evaluation.py's.
+  return evaluation.make(study)
 
 
 def _open_run_dir(study, run_dir, log, fingerprint) -> Output:
@@ -241,6 +235,8 @@ def _resolved_config(study, run_dir, fingerprint):
       'weighting_source': algorithms.weighting_source(cfg),
       'beta_local': exp.config.beta_local, 'beta_global': exp.config.beta_global,
       'backend': jax.default_backend(), 'jax_version': jax.__version__,
+      'eval_protocol': evaluation.resolve(exp.config),
+      'domain_columns': evaluation.domain_columns(exp.dataset),
       'inputs': fingerprint})
   return resolved
 
@@ -264,6 +260,12 @@ def _log_header(study, compiled, run_dir, log):
   log(f'local work: up to {study.max_local_steps} steps per client per round; per-client state '
       f'{n_clients} clients x {state_bytes // max(n_clients, 1):,} bytes = {state_bytes:,} '
       f'bytes per run; run directory {run_dir}')
+  ev = compiled.evaluate
+  if ev.protocol == 'fedbn' or ev.columns:
+    log(f'evaluation: --eval_protocol={ev.protocol} ('
+        + ('each client\'s own model on its own test split, accuracy = the mean over domains'
+           if ev.protocol == 'fedbn' else 'the global model on the whole test set')
+        + (f'; per domain: {", ".join(ev.columns)}' if ev.columns else '') + ')')
   available = _available_memory()
   log(f'memory estimate (XLA, one segment): {compiled.memory_bytes / 1e9:.2f} GB'
       + (f' of {available / 1e9:.1f} GB available' if available else '')
@@ -308,14 +310,17 @@ class _Progress:
         new.append(r)
     return new
 
-  def add_eval(self, done, losses, accs, elapsed):
+  def add_eval(self, done, result, elapsed, columns=()):
+    """result: an evaluation.Evaluator's metrics; columns: its per-domain column names."""
+    accs, losses = result['accuracy'], result['loss']
     for r in range(self.num_runs):
       if r in self.diverged:
         continue
       self.best[r] = max(self.best.get(r, -1.0), float(accs[r]))
+      domains = dict(zip(columns, map(float, result['domain_accuracy'][r]))) if columns else {}
       self.eval_rows.append({'run': r, 'round': done, 'test_accuracy': float(accs[r]),
                              'test_loss': float(losses[r]), 'best_accuracy': self.best[r],
-                             'elapsed_s': elapsed})
+                             **domains, 'elapsed_s': elapsed})
 
 
 def _loop(study, compiled, out, log):
@@ -328,13 +333,11 @@ def _loop(study, compiled, out, log):
   else:
     state, history = study.state, {}
   prog = _Progress(study, history)
-  x_test = jnp.asarray(study.experiments[0].dataset.x_test)
-  y_test = jnp.asarray(study.experiments[0].dataset.y_test)
+  ev = compiled.evaluate
   done = int(state.round[0])
   elapsed0 = prog.eval_rows[-1]['elapsed_s'] if prog.eval_rows else 0.0
   if not prog.eval_rows:
-    prog.add_eval(0, *jax.device_get(compiled.evaluate(state.params, state.scenario, x_test,
-                                                       y_test)), 0.0)
+    prog.add_eval(0, jax.device_get(ev.evaluate(state, ev.inputs)), 0.0, ev.columns)
   bar = _progress_bar(cfg.rounds, done, cfg.progress)
   last_checkpoint, per_call, first, t_start = done, 1, True, time.perf_counter()
   while done < cfg.rounds and len(prog.diverged) < prog.num_runs:
@@ -352,9 +355,8 @@ def _loop(study, compiled, out, log):
       _log_diverged(study, prog, r, log)
     done += n
     if done == next_eval or len(prog.diverged) == prog.num_runs:
-      losses, accs = jax.device_get(compiled.evaluate(state.params, state.scenario, x_test,
-                                                      y_test))
-      prog.add_eval(done, losses, accs, elapsed0 + time.perf_counter() - t_start)
+      prog.add_eval(done, jax.device_get(ev.evaluate(state, ev.inputs)),
+                    elapsed0 + time.perf_counter() - t_start, ev.columns)
       last_checkpoint = _record(cfg, out, prog, state, done, last_checkpoint)
     _advance(bar, n, prog)
   if bar is not None:
@@ -495,6 +497,9 @@ def _run_summary(study, prog, spec):
             **{k: None for k in keys}}
   summary = metrics.summarize([r['round'] for r in rows], [r['test_accuracy'] for r in rows],
                               [r['test_loss'] for r in rows], cfg.rounds, cfg.target_accuracy)
+  domains = {k: v for k, v in rows[-1].items() if k.startswith('acc_domain_')}
+  if domains:  # metrics.csv has every evaluation's; the summary keeps the final ones
+    summary['final_domain_accuracy'] = domains
   if cfg.scenario == 'concept_shift':
     shifts = _concept_shifts(prog, spec.index)
     summary['concept_shifts'] = shifts

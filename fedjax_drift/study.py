@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import algorithms, engine, errors, models
+from fedjax_drift import algorithms, engine, errors, evaluation, models
 from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
 from fedjax_drift.data import domains, federated, partitions, scenarios, sources
 from fedjax_drift.data import pipeline as input_pipeline
@@ -101,6 +101,7 @@ class _Shared(NamedTuple):
 
 def _load(config) -> _Shared:
   algorithms.recipe(config)  # fail on a bad --algo / --local_terms before any work
+  evaluation.resolve(config)  # and on an --eval_protocol the algorithm cannot give
   dataset = sources.load(config.dataset, config.data_dir or None,
                          **sources.load_options(config))
   _check_structure(config, dataset)

@@ -30,10 +30,12 @@ def test_batch_statistics_are_trained(tiny_npz, unequal_partition):
 
 def test_norm_layers_stay_local(tiny_npz, unequal_partition):
   exp, state = _run(tiny_npz, unequal_partition, algo='fedbn')
-  seen = np.asarray(state.clients['fedbn']['seen'])
-  assert seen.any()
-  # Local training starts from the client's own norm layers once it has them.
-  cid = int(np.flatnonzero(seen)[0])
+  rows, initial = state.clients['fedbn']['norms'], fedbn.norm_leaves(exp.state.params)
+  trained = [c for c in range(4) if not all(np.array_equal(r[c], i)
+                                            for r, i in zip(rows, initial))]
+  assert trained  # a client's rows change only when it trains (test_fedbn_eval: the others)
+  # Local training starts from the client's own norm layers.
+  cid = trained[0]
   own = jax.tree.map(lambda a: a[cid], state.clients['fedbn'])
   ctx = ClientContext(state.params, {}, {'fedbn': own}, 0.1, 1, 1, jnp.ones(3), 2, None, None)
   start = fedbn.local_norms().start(ctx)

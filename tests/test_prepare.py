@@ -45,8 +45,8 @@ def test_digits_domains_from_imported_copies(tmp_path, cache):
   fixtures.write_idx_dir(str(root / 'mnist'), n_train=60, n_test=30)
   fixtures.write_usps_libsvm(str(root / 'usps'))
   prepare.import_dir(str(root))
-  ds, train_domains, _ = domains.load_digits_domains('')
-  assert ds.x_train.shape[1:] == (28, 28, 1) and set(train_domains.tolist()) == set(range(6))
+  ds = domains.load_digits_domains('')
+  assert ds.x_train.shape[1:] == (28, 28, 1) and set(ds.domains_train.tolist()) == set(range(6))
 
 
 def test_cifar10_formats_read_from_data_dir(tmp_path, cache):

@@ -101,7 +101,8 @@ def write_digits(tmp_path):
 def test_digits_domains_covariate_shift(tmp_path):
   from fedjax_drift.data import domains
   mnist = write_digits(tmp_path)
-  ds, d_train, d_test = domains.load_digits_domains(str(tmp_path))
+  ds = domains.load_digits_domains(str(tmp_path))
+  d_train = ds.domains_train
   assert ds.x_train.shape == (62, 28, 28, 1) and ds.x_train.dtype == np.uint8
   assert set(d_train.tolist()) == set(range(6)) and np.sum(d_train == 1) == 12
   # The inverted domain holds 255 - x of MNIST images no other domain holds.
@@ -109,10 +110,10 @@ def test_digits_domains_covariate_shift(tmp_path):
   originals = {im.tobytes() for im in mnist[0].astype(np.uint8)}
   assert all((255 - im).astype(np.uint8).tobytes() in originals for im in inv)
   assert not any(im.astype(np.uint8).tobytes() in originals for im in inv)
-  parts = domains.domain_partition(d_train, 12, np.random.default_rng(0))
+  parts, _, _ = domains.domain_partition(d_train, ds.domains_test, 12, np.random.default_rng(0))
   assert all(len(set(d_train[p].tolist())) == 1 for p in parts)
-  with pytest.raises(fedjax_drift.UserError, match='multiple'):
-    domains.domain_partition(d_train, 7, np.random.default_rng(0))
+  with pytest.raises(fedjax_drift.UserError, match='fewer than the 6 domains'):
+    domains.domain_partition(d_train, ds.domains_test, 5, np.random.default_rng(0))
   exp = fedjax_drift.prepare(fedjax_drift.Config(
       dataset='digits_domains', data_dir=str(tmp_path), partition='domains', num_clients=6,
       clients_per_round=3, model='mlp', rounds=1, progress=False))

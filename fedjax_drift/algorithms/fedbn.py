@@ -4,10 +4,14 @@ Paper: X. Li et al., "FedBN: Federated Learning on Non-IID Features via Local Ba
 Normalization" (ICLR 2021), Algorithm 1.
 
 Each client keeps its own norm layers (scale, bias and running statistics) as per-client
-state. Local training starts from the global model with the client's own norm layers put
-in (the global ones until it first takes part), and the client stores its norm layers at
-the end. The server averages every update as usual. The averaged norm layers are never sent
-back to a client that has its own; they serve only the global model's evaluation.
+state. Every client starts with the initial model's norm layers, as in FedBN's code, where
+each client's model is a copy of the initial model and the server never overwrites a layer
+whose name contains 'bn' (Algorithm 1: the BN parameters are excluded from aggregation).
+Local training starts from the global model with the client's own norm layers put in, and the
+client stores its norm layers at the end. The server averages every update as usual; the
+averaged norm layers are never sent back to a client, they serve only the global model's
+evaluation (--eval_protocol=global). Each client's own model, the global weights with its
+norm rows, is what --eval_protocol=fedbn tests (evaluation.py).
 Norm layers are the leaves under 'batch_stats' and under modules whose name starts with
 'bn'.
 """
@@ -49,17 +53,13 @@ def check_has_norms(model):
 
 def local_norms():
   def start(ctx):
-    own = ctx.state['fedbn']
-    mine = [jnp.where(own['seen'], o, g) for o, g in zip(own['norms'],
-                                                         norm_leaves(ctx.global_params))]
-    return with_norm_leaves(ctx.global_params, mine)
+    return with_norm_leaves(ctx.global_params, ctx.state['fedbn']['norms'])
 
   def client_final(ctx, delta):
     final = jax.tree.map(jnp.subtract, ctx.global_params, delta)
-    return {'norms': norm_leaves(final), 'seen': jnp.ones((), bool)}
+    return {'norms': norm_leaves(final)}
 
   def init_client(params):
-    return {'norms': [jnp.zeros_like(x) for x in norm_leaves(params)],
-            'seen': jnp.zeros((), bool)}
+    return {'norms': [jnp.array(x) for x in norm_leaves(params)]}  # the initial model's
 
   return Part('fedbn', init_client=init_client, start=start, client_final=client_final)

@@ -59,7 +59,10 @@ def _mnist_and_usps(data_dir):
 
 
 def load_digits_domains(data_dir, seed=0):
-  """Returns (Dataset, train domain ids, test domain ids); data_dir '' = imported copies."""
+  """The six domains as one Dataset with domain ids and names; data_dir '' = imported copies.
+
+  `seed` fixes the construction (which MNIST slice goes to which domain, the noise); the run
+  seed does not enter, so every run sees the same domains."""
   (mx, my, mtx, mty), (ux, uy, utx, uty) = _mnist_and_usps(data_dir)
   to_u8 = lambda a: np.clip(np.round(a[..., 0] * 255), 0, 255).astype(np.uint8)
   ux, utx = _resize(to_u8(ux), 28), _resize(to_u8(utx), 28)
@@ -81,19 +84,54 @@ def load_digits_domains(data_dir, seed=0):
       parts[split][2].append(np.full(len(y), d, np.int32))
   (xtr, ytr, dtr), (xte, yte, dte) = [[np.concatenate(a) for a in parts[s]]
                                       for s in ('train', 'test')]
-  ds = sources.validate('digits_domains', xtr[..., None], ytr, xte[..., None], yte)
-  return ds, dtr, dte
+  return sources.validate('digits_domains', xtr[..., None], ytr, xte[..., None], yte,
+                          domains_train=dtr, domains_test=dte, domain_names=DOMAINS)
 
 
-def domain_partition(domain_ids, num_clients, rng):
-  """Clients split evenly over domains; a domain's examples dealt IID to its clients."""
-  num_domains = int(domain_ids.max()) + 1
-  if num_clients % num_domains:
-    raise UserError(f'--partition=domains: --num_clients={num_clients} must be a multiple of '
-                    f'the {num_domains} domains')
-  per = num_clients // num_domains
-  parts = []
+def clients_per_domain(train_sizes, num_clients):
+  """How many clients each domain gets: floor(N / D) each, and the N mod D clients left over
+  go one each to the domains with the most training examples (ties: lower id first), so
+  client sizes stay as even as the domains allow. Returns an int array [D]."""
+  num_domains = len(train_sizes)
+  counts = np.full(num_domains, num_clients // num_domains)
+  larger_first = np.argsort(-np.asarray(train_sizes), kind='stable')
+  counts[larger_first[:num_clients % num_domains]] += 1
+  return counts
+
+
+def domain_partition(domains_train, domains_test, num_clients, rng):
+  """--partition=domains: each domain's examples go to that domain's own clients.
+
+  Args:
+    domains_train, domains_test: int domain id per training / test example.
+    num_clients: N >= the number of domains D (the ids 0..D-1 seen in either split).
+    rng: a numpy Generator (the run seed's).
+  Returns:
+    (train_parts, test_parts, client_domain): per-client index arrays into each split, and
+    each client's domain id. Clients are numbered domain by domain (domain 0's first); the
+    counts come from `clients_per_domain`. A domain's training examples, shuffled, are dealt
+    into near-equal consecutive shares, and so are its test examples: each client is tested on
+    its share of its own domain's test set. With one client per domain (FedBN's setting) that
+    share is the domain's whole test set, and each test example is evaluated exactly once
+    whatever N is.
+  """
+  num_domains = int(max(domains_train.max(), domains_test.max())) + 1
+  if num_clients < num_domains:
+    raise UserError(f'--partition=domains: --num_clients={num_clients} is fewer than the '
+                    f'{num_domains} domains (each domain needs a client of its own)')
+  sizes = np.bincount(domains_train, minlength=num_domains)
+  empty = np.flatnonzero(sizes == 0)
+  if len(empty):
+    raise UserError(f'--partition=domains: domain {int(empty[0])} has no training examples')
+  counts = clients_per_domain(sizes, num_clients)
+  train_parts, test_parts, client_domain = [], [], []
   for d in range(num_domains):
-    idx = rng.permutation(np.flatnonzero(domain_ids == d))
-    parts += [np.sort(p) for p in np.array_split(idx, per)]
-  return parts
+    train = rng.permutation(np.flatnonzero(domains_train == d))
+    test = rng.permutation(np.flatnonzero(domains_test == d))
+    if counts[d] > len(train):
+      raise UserError(f'--partition=domains: domain {d} has {len(train)} training examples, '
+                      f'too few for its {counts[d]} clients; lower --num_clients')
+    train_parts += [np.sort(p) for p in np.array_split(train, counts[d])]
+    test_parts += [np.sort(p) for p in np.array_split(test, counts[d])]
+    client_domain += [d] * int(counts[d])
+  return train_parts, test_parts, np.asarray(client_domain, np.int32)

@@ -12,7 +12,8 @@ import numpy as np
 
 from fedjax_drift.errors import UserError
 
-NAMES = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity', 'file:PATH')
+NAMES = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity', 'file:PATH',
+         'natural:COLUMN')
 
 
 def iid(labels, num_clients, rng):
@@ -127,6 +128,28 @@ def quantity(labels, num_clients, rng, alpha):
   sizes[np.argmax(props)] += n - sizes.sum()
   perm = rng.permutation(n)
   return [np.sort(p) for p in np.split(perm, np.cumsum(sizes)[:-1])]
+
+
+def natural(ids, num_clients, rng, column='COLUMN'):
+  """--partition=natural:COLUMN: one client per distinct id (a writer, a user, a device).
+
+  Args:
+    ids: int id per training example (Dataset.groups[COLUMN]).
+    num_clients: how many of the ids become clients: a seeded random subset (`rng`), kept
+      in increasing id order; all of them when it equals their number.
+    column: the column's name, for the error message.
+  Returns: per-client arrays of indices into `ids`, each sorted.
+  Vectorised: one stable argsort and np.unique, so 3,500 writers over 350k examples take a
+  fraction of a second (README, Partitions).
+  """
+  values, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
+  if num_clients > len(values):
+    raise UserError(f'--num_clients={num_clients} exceeds the {len(values)} clients of '
+                    f'--partition=natural:{column} (one per distinct {column} id)')
+  order = np.argsort(inverse, kind='stable')  # examples grouped by id, in index order
+  groups = np.split(order, np.cumsum(counts)[:-1])
+  chosen = np.sort(rng.choice(len(values), num_clients, replace=False))
+  return [groups[i] for i in chosen]
 
 
 def from_file(path, num_examples):

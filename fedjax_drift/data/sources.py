@@ -240,10 +240,12 @@ def load(dataset, data_dir=None, **options):
   """Loads `dataset` (a name from the CLI's --dataset) into a validated `Dataset`.
 
   options: the LOAD_OPTIONS flags (image_size, hf_* ...); each loader takes the ones it uses."""
-  from fedjax_drift.data import hub, multidomain  # pylint: disable=g-import-not-at-top
+  from fedjax_drift.data import domains, hub, multidomain  # pylint: disable=g-import-not-at-top
   structure = {}
   if dataset == 'embedded':
     arrays = load_npz(EMBEDDED_PATH)
+  elif dataset == 'digits_domains':
+    return domains.load_digits_domains(data_dir)
   elif dataset in multidomain.DATASETS:
     return multidomain.load(dataset, data_dir, **options)
   elif dataset.startswith(('tfds:', 'hf:')):

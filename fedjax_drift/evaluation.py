@@ -1,0 +1,182 @@
+"""What a run's test accuracy is: the evaluation protocols (--eval_protocol).
+
+global: the global model on the whole test set (loss and accuracy pooled over its examples).
+fedbn:  FedBN's protocol (Li et al. 2021; their code tests models[i] on test_loaders[i]): each
+        client's own model, the global weights with that client's BatchNorm layers and
+        running statistics from its per-client row, tested on the client's own test split
+        (--partition=domains: its share of its domain's test set, the whole domain's with one
+        client per domain; --test_partition=like_train: its label-matched split). A client
+        never sampled yet has the initial model's norm layers (algorithms/fedbn.py), as in
+        FedBN's code where every client starts from a copy of the initial model. The run's
+        accuracy (and loss) is the mean over domains of the per-domain accuracy (loss), as
+        FedBN and FedFOR (Tables 3-5, ACC40/ACC80) report it; without domain ids the test
+        examples that some client holds form one group.
+auto:   fedbn when the algorithm keeps BatchNorm local (--algo=fedbn or --local_terms=fedbn)
+        and clients have test splits, else global.
+
+With domain ids in the test set, both protocols also give one accuracy per domain
+(metrics.csv's acc_domain_<name> columns).
+
+The fedbn evaluation runs inside one compiled function: test examples go through in batches,
+each example with its owner's norm rows gathered and the model vmapped over the examples, so
+every example is evaluated once, by its own client's model, with no per-client padding;
+domain sums come from segment sums. Over runs it maps like the training step (over_runs).
+"""
+import re
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_drift import algorithms, engine
+from fedjax_drift.algorithms import fedbn
+from fedjax_drift.data import pipeline as input_pipeline
+from fedjax_drift.errors import UserError
+
+PROTOCOLS = ('auto', 'global', 'fedbn')
+
+
+def keeps_norms_local(config) -> bool:
+  """Whether the algorithm keeps BatchNorm layers per client (FedBN's part, alone or composed)."""
+  return 'fedbn' in algorithms.recipe(config).parts
+
+
+def resolve(config) -> str:
+  """'global' or 'fedbn' for config.eval_protocol; refuses a fedbn protocol that cannot hold."""
+  local = keeps_norms_local(config)
+  has_splits = config.partition == 'domains' or config.test_partition == 'like_train'
+  if config.eval_protocol == 'auto':
+    return 'fedbn' if local and has_splits else 'global'
+  if config.eval_protocol == 'fedbn':
+    if not local:
+      raise UserError(f'--eval_protocol=fedbn evaluates each client\'s own BatchNorm layers, '
+                      f'but --algo={config.algo} keeps none local (use --algo=fedbn or '
+                      '--local_terms=fedbn)')
+    if not has_splits:
+      raise UserError('--eval_protocol=fedbn tests each client on its own test split: use '
+                      '--partition=domains or --test_partition=like_train')
+  return config.eval_protocol
+
+
+def domain_columns(dataset) -> list:
+  """metrics.csv column names, one per test domain ([] without domain ids): acc_domain_<name>,
+  the name from dataset.domain_names (or the id), reduced to letters, digits and '_'."""
+  if dataset.domains_test is None:
+    return []
+  count = int(max(dataset.domains_test.max(), dataset.domains_train.max())) + 1
+  names = list(dataset.domain_names) or [str(d) for d in range(count)]
+  return ['acc_domain_' + re.sub(r'[^0-9A-Za-z_]+', '_', n) for n in names[:count]]
+
+
+def test_owner(test_parts, num_test) -> np.ndarray:
+  """int32 [M]: the client each test example belongs to, -1 for none."""
+  owner = np.full(num_test, -1, np.int32)
+  for c, part in enumerate(test_parts):
+    owner[np.asarray(part, np.int64)] = c
+  return owner
+
+
+class Evaluator(NamedTuple):
+  """evaluate(state, inputs) -> {'loss': [R], 'accuracy': [R], 'domain_accuracy': [R, D]
+  (only with domains)}; `inputs` is what it reads besides the state (test arrays)."""
+  protocol: str
+  columns: list   # acc_domain_* names, in the order of domain_accuracy's last axis
+  evaluate: Any
+  inputs: dict
+
+
+def make(study) -> Evaluator:
+  """The jitted evaluation of every run of a study (study.Study) under its protocol. Test
+  inputs are normalised as training batches are (the pipeline's norm), never augmented."""
+  cfg, exp = study.config, study.experiments[0]
+  norm = exp.pipeline.norm if exp.pipeline is not None else None
+  ds, protocol = exp.dataset, resolve(exp.config)
+  columns = domain_columns(ds)
+  x, y = jnp.asarray(ds.x_test), jnp.asarray(ds.y_test)
+  if protocol == 'global' and not columns:  # the pooled accuracy alone: the engine's evaluator
+    evaluate = engine.make_evaluator(exp.model.apply, cfg.eval_batch_size, norm)
+
+    def pooled(state, inputs):
+      loss, acc = engine.over_runs(
+          lambda p, s: evaluate(p, inputs['x'], exp.scenario.relabel(s, inputs['y'])),
+          (state.params, state.scenario), study.width)
+      return {'loss': loss, 'accuracy': acc}
+
+    return Evaluator(protocol, [], jax.jit(pooled), {'x': x, 'y': y})
+  runs = jax.tree.leaves(study.state.params)[0].shape[0]  # padded to a multiple of width
+  if protocol == 'fedbn':
+    owners = [test_owner(e.test_parts, len(ds.y_test)) for e in study.experiments]
+    owner = np.stack(owners + [owners[-1]] * (runs - len(owners)))
+  else:
+    owner = np.zeros((runs, len(ds.y_test)), np.int32)  # the global model "owns" every example
+  domain = ds.domains_test if columns else np.zeros(len(ds.y_test), np.int32)
+  sums = _domain_sums(exp.model.apply, cfg.eval_batch_size, max(len(columns), 1), norm,
+                      protocol == 'fedbn')
+
+  def all_runs(state, inputs):
+    rows = state.clients['fedbn']['norms'] if protocol == 'fedbn' else state.params
+    loss, correct, count = engine.over_runs(
+        lambda p, r, s, o: sums(p, r, inputs['x'], exp.scenario.relabel(s, inputs['y']),
+                                inputs['domain'], o),
+        (state.params, rows, state.scenario, inputs['owner']), study.width)
+    return _summarise(loss, correct, count, protocol, bool(columns))
+
+  inputs = {'x': x, 'y': y, 'domain': jnp.asarray(domain, jnp.int32),
+            'owner': jnp.asarray(owner, jnp.int32)}
+  return Evaluator(protocol, columns, jax.jit(all_runs), inputs)
+
+
+def _summarise(loss, correct, count, protocol, has_domains):
+  """Per-run sums [R, D] -> the reported metrics (see the module docstring)."""
+  per_loss = loss / jnp.maximum(count, 1)
+  per_acc = correct / jnp.maximum(count, 1)
+  if protocol == 'fedbn':  # the mean over the domains that have test examples (FedBN's "avg")
+    present = (count > 0).astype(jnp.float32)
+    n = jnp.maximum(present.sum(-1), 1)
+    out = {'loss': (per_loss * present).sum(-1) / n, 'accuracy': (per_acc * present).sum(-1) / n}
+  else:  # pooled over the whole test set, as without domains
+    total = jnp.maximum(count.sum(-1), 1)
+    out = {'loss': loss.sum(-1) / total, 'accuracy': correct.sum(-1) / total}
+  if has_domains:
+    out['domain_accuracy'] = jnp.where(count > 0, per_acc, jnp.nan)
+  return out
+
+
+def _domain_sums(apply_fn, batch_size, num_domains, norm, per_client):
+  """(params, rows, x, y, domain, owner) -> (loss, correct, count), each [num_domains]: sums
+  over the test examples with owner >= 0. per_client: example j is classified by the model
+  with the norm rows of client owner[j] (rows: the per-client norm leaves [N, ...]);
+  otherwise by params itself (rows unused)."""
+
+  def logits_of(params, rows, xb, ob):
+    if not per_client:
+      return apply_fn(params, xb)
+    mine = jax.tree.map(lambda a: a[jnp.maximum(ob, 0)], rows)  # [B, ...] each
+
+    def one(norms, xi):
+      return apply_fn(fedbn.with_norm_leaves(params, norms), xi[None])[0]
+
+    return jax.vmap(one)(mine, xb)
+
+  def sums(params, rows, x, y, domain, owner):
+    n = x.shape[0]
+    b = min(batch_size, n)
+    padded = -(-n // b) * b
+    pad = lambda a: jnp.pad(a, [(0, padded - n)] + [(0, 0)] * (a.ndim - 1)).reshape(
+        (-1, b) + a.shape[1:])
+    valid = pad(owner >= 0)  # padding (False) and examples no client holds are left out
+
+    def one(args):
+      xb, yb, db, ob, vb = args
+      logits = logits_of(params, rows, input_pipeline.preprocess(xb, norm), ob)
+      losses = -jnp.take_along_axis(jax.nn.log_softmax(logits), yb[:, None], 1)[:, 0]
+      correct = (jnp.argmax(logits, -1) == yb)
+      m = vb.astype(jnp.float32)
+      seg = lambda v: jax.ops.segment_sum(v * m, db, num_domains)
+      return seg(losses), seg(correct.astype(jnp.float32)), seg(jnp.ones_like(m))
+
+    loss, correct, count = jax.lax.map(one, (pad(x), pad(y), pad(domain), pad(owner), valid))
+    return loss.sum(0), correct.sum(0), count.sum(0)
+
+  return sums
