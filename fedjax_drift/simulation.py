@@ -12,6 +12,8 @@ Run directory (the same layout for one run and for many):
   summary.json   per run and per grid point (mean +- std over the seeds that did not diverge);
                  with one run, that run's metrics are also at the top level
   accuracy.png, drift.png, partition.png, checkpoints/, personalization.csv (calibrate)
+  .fedjax-drift.json  the run's record (rundir.Record): run id, flags' hash, every entry the
+                 run created there; --overwrite, --resume and clean-up touch only those
 """
 import contextlib
 import dataclasses
