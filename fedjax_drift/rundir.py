@@ -89,9 +89,9 @@ def digest(values: dict) -> str:
 
 def first_difference(recorded: dict, now: dict) -> str:
   """'--lr: 0.1 when recorded, 0.5 now' for the first (sorted) flag that differs, or ''."""
-  recorded, now = canonical(recorded), canonical(now)
-  for key in sorted(set(recorded) | set(now)):
-    if recorded.get(key) != now.get(key):
+  a, b = canonical(recorded), canonical(now)
+  for key in sorted(set(a) | set(b)):
+    if a.get(key) != b.get(key):
       return (f'--{key}: {recorded.get(key, "(absent)")!r} when recorded, '
               f'{now.get(key, "(absent)")!r} now')
   return ''

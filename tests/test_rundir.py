@@ -300,3 +300,24 @@ def test_deferred_sigint_is_raised_after_the_block():
   assert interrupts.message('r', False) == ('interrupted before the first checkpoint; nothing '
                                             'to resume')
   assert '--resume --out=r' in interrupts.message('r', True)
+
+
+# Issue 24: the record's flag hash and the difference it names.
+def test_flag_digest_ignores_int_float_spelling_and_names_the_difference():
+  assert rundir.digest({'lr': 1, 'algo': 'fedavg'}) == rundir.digest({'algo': 'fedavg',
+                                                                      'lr': 1.0})
+  assert rundir.digest({'lr': 1}) != rundir.digest({'lr': 1.5})
+  assert rundir.first_difference({'lr': 0.1, 'seed': 0}, {'lr': 0.1, 'seed': 2}) == \
+      '--seed: 0 when recorded, 2 now'
+  assert rundir.first_difference({'lr': 0.1}, {'lr': 0.1}) == ''
+
+
+def test_record_rejects_a_foreign_or_damaged_marker(tmp_path):
+  (tmp_path / rundir.MARKER).write_text('{"tool": "other"}')
+  with pytest.raises(UserError, match='not a fedjax-drift run record'):
+    rundir.Record.load(str(tmp_path))
+  (tmp_path / rundir.MARKER).write_text('{')
+  (tmp_path / 'notes.txt').write_text('mine')
+  with pytest.raises(UserError, match='cannot read the run record'):
+    rundir.plan_clear(str(tmp_path), 'yes')
+  assert (tmp_path / 'notes.txt').exists()
