@@ -309,7 +309,10 @@ def open_record(run_dir, resume, mode, inputs=(), log=print):
           f'listing {len(record.data["entries"])} entries of its layout')
     remove_temporaries(record)
     return record
-  old = Record.load(run_dir) if os.path.isdir(run_dir) else None
+  try:  # the old record only names the killed launch's temporaries; a damaged one is replaced
+    old = Record.load(run_dir) if os.path.isdir(run_dir) else None
+  except UserError:
+    old = None
   if mode:
     clear(run_dir, mode, inputs)
   remove_temporaries(old)
