@@ -38,6 +38,11 @@ class Config:
   projection_hidden: int = _f(0, 'projection head (MOON, FedGKD+) hidden width; 0 = the base '
                               'model\'s feature width, as the MOON and FedGKD code (earlier '
                               'versions used --moon_projection_dim, 256)', group='model')
+  init_params: str = _f('', 'start from the global parameters in this .npz (what --save_params '
+                        'writes) instead of --init; with --rounds=0 the run only evaluates '
+                        'them', group='model')
+  init_params_run: int = _f(0, '--init_params: which run of the file (its runs.csv row; a '
+                            'single run\'s file has only run 0)', group='model')
   dropout: float = _f(-1.0, 'dropout rate of models with dropout (cnn_emnist): -1 = the '
                       'model\'s own, 0 = off, p = every dropout layer p', group='model')
   # Data and its split across clients.
@@ -247,7 +252,13 @@ class Config:
 
   def validate(self):
     """Raises UserError naming the first bad flag; returns self."""
-    positive = ('num_clients', 'clients_per_round', 'rounds', 'eval_every', 'eval_batch_size',
+    if self.rounds < 0:
+      raise UserError(f'--rounds={self.rounds} must be >= 0 (0 = only evaluate the start)')
+    if self.init_params and not self.init_params.endswith('.npz'):
+      raise UserError(f'--init_params={self.init_params} must be an .npz (from --save_params)')
+    if self.init_params_run < 0:
+      raise UserError(f'--init_params_run={self.init_params_run} must be >= 0')
+    positive = ('num_clients', 'clients_per_round', 'eval_every', 'eval_batch_size',
                 'devices', 'seeds')
     for name in positive:
       if getattr(self, name) < 1:

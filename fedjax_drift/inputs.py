@@ -22,20 +22,20 @@ def _absolute_flag(name, value):
     return 'hf:' + os.path.abspath(value[3:])  # a save_to_disk folder, not a hub name
   if name == 'partition' and value.startswith('file:'):
     return 'file:' + os.path.abspath(value[5:])
-  if name in ('data_dir', 'save_params', 'out'):
+  if name in ('data_dir', 'save_params', 'out', 'init_params'):
     return os.path.abspath(value)
   return value
 
 
 def absolute_flags(values: dict) -> dict:
   """{flag: value} with the paths of --dataset=npz:, --partition=file:, --data_dir,
-  --save_params and --out made absolute."""
+  --save_params, --init_params and --out made absolute."""
   return {k: _absolute_flag(k, v) for k, v in values.items()}
 
 
 def absolutize(config):
   """The Config with every path flag absolute (see absolute_flags)."""
-  names = ('dataset', 'partition', 'data_dir', 'save_params', 'out')
+  names = ('dataset', 'partition', 'data_dir', 'save_params', 'out', 'init_params')
   return dataclasses.replace(config, **absolute_flags({n: getattr(config, n) for n in names}))
 
 
@@ -77,12 +77,15 @@ def _files_under(directory):
 
 
 def input_files(config) -> list:
-  """[(flag, absolute path)] of every file the run reads: dataset files, partition file."""
+  """[(flag, absolute path)] of every file the run reads: dataset files, partition file,
+  --init_params."""
   flag = '--data_dir' if config.data_dir and not config.dataset.startswith('npz:') \
       else '--dataset'
   files = [(flag, p) for p in _dataset_files(config.dataset, config.data_dir)]
   if config.partition.startswith('file:'):
     files.append(('--partition', config.partition[5:]))
+  if getattr(config, 'init_params', ''):
+    files.append(('--init_params', config.init_params))
   return [(flag, os.path.abspath(p)) for flag, p in files]
 
 

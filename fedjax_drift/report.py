@@ -165,27 +165,31 @@ def plot_partition(path, label_hist, title, max_clients=100):
   plt.close(fig)
 
 
-# rounds.csv's drift columns, with the title of their panel in drift.png.
+# rounds.csv's drift columns: (title of their panel in drift.png, its y-axis label).
 DRIFT_COLUMNS = {
-    'client_update_norm_mean': 'mean of client update norms',
-    'mean_update_norm': 'norm of the mean update',
-    'update_cosine': 'mean cosine of client updates to their mean',
-    'client_loss_std': 'std of client training losses',
+    'train_loss': ('mean client training loss', 'cross-entropy'),
+    'client_update_norm_mean': ('mean of client update norms', 'L2 norm'),
+    'mean_update_norm': ('norm of the mean update', 'L2 norm'),
+    'update_cosine': ('mean cosine of client updates to their mean', 'cosine'),
+    'client_loss_std': ('std of client training losses', 'std of cross-entropy'),
 }
 
 
 def plot_drift(path, rows):
-  """The per-round drift diagnostics from rounds.csv."""
+  """The per-round training loss and drift diagnostics from rounds.csv, one panel each."""
   plt = _figure()
   keys = [k for k in DRIFT_COLUMNS if rows and k in rows[0]]
   fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(4 * max(len(keys), 1), 3.2),
                            squeeze=False)
   r = [row['round'] for row in rows]
   for ax, k in zip(axes[0], keys):
+    title, ylabel = DRIFT_COLUMNS[k]
     ax.plot(r, [row[k] for row in rows])
-    ax.set_title(DRIFT_COLUMNS[k], fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.set_xlabel('round')
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
+  fig.tight_layout()
   _save(fig, path)
   plt.close(fig)
 
@@ -196,7 +200,7 @@ def plot_mean_curves(path, curves, title, ylabel='test accuracy (mean ± std ove
   fig, ax = plt.subplots(figsize=(6, 4))
   for label, (rounds, mean, std) in curves.items():
     mean, std = np.asarray(mean), np.asarray(std)
-    ax.plot(rounds, mean, label=label)
+    ax.plot(rounds, mean, label=label, marker='o' if len(rounds) == 1 else None)  # a lone point
     ax.fill_between(rounds, mean - std, mean + std, alpha=0.15)
   ax.set_title(title, fontsize=9)
   ax.set_xlabel('round')

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import (algorithms, distributed, engine, evaluation, hardware, inputs,
+from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, hardware, inputs,
                           interrupts, metrics, models, personalize, report, rundir)
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
@@ -64,6 +64,9 @@ def run(config: Config, log=print) -> dict:
     log, config = (lambda *a, **k: None), dataclasses.replace(config, progress=False)
   config = inputs.absolutize(config)  # stored absolute: a resume elsewhere reads the same files
   runs = plan(config)
+  unread = applies.warning(config)  # flags the chosen algorithm and options never read
+  if unread:
+    log(unread)
   run_dir = _check_outputs(config)
   distributed.barrier('outputs checked')  # before process 0 creates anything in them
   try:
@@ -340,6 +343,8 @@ def _loop(study, compiled, out, log):
   elapsed0 = prog.eval_rows[-1]['elapsed_s'] if prog.eval_rows else 0.0
   if not prog.eval_rows:
     prog.add_eval(0, jax.device_get(ev.evaluate(state, ev.inputs)), 0.0, ev.columns)
+    if cfg.rounds == 0 and distributed.is_writer():  # --rounds=0: only this evaluation
+      _write_metrics(out.run_dir, prog)
   bar = _progress_bar(cfg.rounds, done, cfg.progress)
   last_checkpoint, per_call, first, t_start = done, 1, True, time.perf_counter()
   while done < cfg.rounds and len(prog.diverged) < prog.num_runs:

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import algorithms, engine, errors, evaluation, models
+from fedjax_drift import algorithms, applies, engine, errors, evaluation, models, saved
 from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
 from fedjax_drift.data import domains, federated, partitions, scenarios, sources
 from fedjax_drift.data import pipeline as input_pipeline
@@ -80,8 +80,10 @@ def resolve(config: Config) -> Config:
 def plan(config: Config) -> list:
   """The runs of `config`: grid points (outer) x seeds (inner), each validated up front."""
   config.validate()
+  grid = parse_grid(config.grid)
+  applies.check_grid(config, grid)  # an axis nothing reads would only repeat runs
   runs = []
-  for point in grid_points(parse_grid(config.grid)):
+  for point in grid_points(grid):
     label = ', '.join(f'{k}={v:g}' for k, v in point.items())
     try:
       at_point = dataclasses.replace(config, **point).validate()
@@ -220,6 +222,9 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
   data = federated.build(shared.x, ds.y_train, train_parts, ds.num_classes)
   run_key = jax.random.key(config.seed)
   params = model.init(jax.random.fold_in(run_key, 0))
+  if config.init_params:  # the same key use as without: only the starting point differs
+    params = saved.into(params, saved.read(config.init_params, config.init_params_run),
+                        config.init_params)
   state = engine.init_state(algo, params, len(train_parts), jax.random.fold_in(run_key, 1),
                             scenario)
   if scenario.fresh_cohort is not None and jax.tree.leaves(state.clients):

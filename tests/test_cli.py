@@ -20,7 +20,7 @@ def cli(*args, cwd=None):
 
 
 @pytest.mark.parametrize('args,flag', [
-    (['--rounds=0'], '--rounds'),
+    (['--rounds=-1'], '--rounds'),  # 0 is valid: only evaluate the start
     (['--clients_per_round=60', '--num_clients=50'], '--clients_per_round'),
     (['--lr=-1'], '--lr'),
     (['--lr=abc'], '--lr'),

@@ -1,0 +1,179 @@
+"""Compare run directories: one table and one accuracy plot across them.
+
+    python experiments/compare.py RUN_DIR... [--out=DIR] [--overwrite]
+    fedjax-drift-compare RUN_DIR... [--out=DIR] [--overwrite]
+
+Reads each directory's config.json (algorithm, dataset, and each run's seed and grid point),
+runs.csv (final and best accuracy, status) and metrics.csv (test accuracy per evaluation).
+Runs are grouped by directory and grid point; each group's seeds give the mean and the
+standard deviation (numpy's, ddof=0: the spread of these seeds, as summary.json gives it) of
+the final and best test accuracy, over the seeds that did not diverge. Prints the markdown
+table and writes DIR/comparison.md, DIR/comparison.csv and DIR/comparison.png (mean test
+accuracy per round with a +-std band over seeds); DIR defaults to ./comparison.
+"""
+import argparse
+import csv
+import io
+import json
+import os
+import sys
+
+import numpy as np
+
+from fedjax_drift import report
+from fedjax_drift.errors import UserError
+
+OUTPUTS = ('comparison.md', 'comparison.csv', 'comparison.png')
+
+
+def _read_csv(path):
+  if not os.path.isfile(path):
+    raise UserError(f'{path} does not exist: not a finished fedjax-drift run directory')
+  with open(path, newline='') as f:
+    return list(csv.DictReader(f))
+
+
+def read_run_dir(run_dir) -> dict:
+  """{'dir', 'algo', 'dataset', 'runs': [{'run', 'seed', 'point', 'status', 'final', 'best'}],
+  'curves': {run: (rounds, accuracies)}} of one run directory."""
+  if not os.path.isdir(run_dir):
+    raise UserError(f'{run_dir} is not a directory')
+  config_path = os.path.join(run_dir, 'config.json')
+  if not os.path.isfile(config_path):
+    raise UserError(f'{config_path} does not exist: not a fedjax-drift run directory')
+  try:
+    with open(config_path) as f:
+      config = json.load(f)
+    specs = {int(s['run']): s for s in config['_resolved']['runs']}
+  except (ValueError, KeyError, TypeError) as e:
+    raise UserError(f'{config_path} is not a fedjax-drift config.json ({e!r})') from None
+  runs = []
+  for row in _read_csv(os.path.join(run_dir, 'runs.csv')):
+    spec = specs.get(int(row['run']), {})
+    point = {k: v for k, v in spec.items() if k not in ('run', 'seed')}
+    runs.append({'run': int(row['run']), 'seed': int(row['seed']), 'point': point,
+                 'status': row['status'], 'final': _float(row['final_accuracy']),
+                 'best': _float(row['best_accuracy'])})
+  curves = {}
+  for row in _read_csv(os.path.join(run_dir, 'metrics.csv')):
+    rounds, accs = curves.setdefault(int(row['run']), ([], []))
+    rounds.append(int(row['round']))
+    accs.append(_float(row['test_accuracy']))
+  return {'dir': run_dir, 'algo': config.get('algo', '?'), 'dataset': config.get('dataset', '?'),
+          'runs': runs, 'curves': curves}
+
+
+def _float(text):
+  return float(text) if text not in ('', None) else float('nan')
+
+
+def _point_label(point):
+  return ', '.join(f'{k}={v:g}' for k, v in sorted(point.items())) or '-'
+
+
+def _mean_std(values):
+  values = np.asarray(values, dtype=float)
+  return (float(values.mean()), float(values.std())) if len(values) else (np.nan, np.nan)
+
+
+def groups(dirs: list) -> list:
+  """One row per (run directory, grid point): its label, seeds, and accuracy statistics."""
+  names = [os.path.basename(os.path.normpath(d['dir'])) for d in dirs]
+  rows = []
+  for d, name in zip(dirs, names):
+    points = []
+    for r in d['runs']:
+      if r['point'] not in points:
+        points.append(r['point'])
+    for point in points:
+      mine = [r for r in d['runs'] if r['point'] == point]
+      ok = [r for r in mine if r['status'] == 'ok']
+      final, final_std = _mean_std([r['final'] for r in ok])
+      best, best_std = _mean_std([r['best'] for r in ok])
+      rows.append({'run_dir': name, 'algo': d['algo'], 'dataset': d['dataset'],
+                   'grid_point': _point_label(point), 'seeds': len(ok),
+                   'diverged': len(mine) - len(ok),
+                   'final_accuracy_mean': final, 'final_accuracy_std': final_std,
+                   'best_accuracy_mean': best, 'best_accuracy_std': best_std,
+                   '_runs': [r['run'] for r in ok], '_curves': d['curves']})
+  return rows
+
+
+def markdown(rows) -> str:
+  """The comparison as a markdown table (accuracy in %, mean +- std over seeds)."""
+  lines = ['| run directory | algorithm | grid point | seeds | final accuracy (%) | '
+           'best accuracy (%) |', '|---|---|---|---|---|---|']
+  for r in rows:
+    seeds = f'{r["seeds"]}' + (f' ({r["diverged"]} diverged)' if r['diverged'] else '')
+    lines.append(f'| {r["run_dir"]} | {r["algo"]} | {r["grid_point"]} | {seeds} | '
+                 f'{_pct(r["final_accuracy_mean"], r["final_accuracy_std"])} | '
+                 f'{_pct(r["best_accuracy_mean"], r["best_accuracy_std"])} |')
+  return '\n'.join(lines) + '\n'
+
+
+def _pct(mean, std):
+  return 'n/a' if np.isnan(mean) else f'{100 * mean:.2f} ± {100 * std:.2f}'
+
+
+def curves(rows) -> dict:
+  """{label: (rounds, mean, std)}: each group's test accuracy over the rounds that every
+  one of its non-diverged seeds evaluated."""
+  out = {}
+  for r in rows:
+    runs = [r['_curves'][i] for i in r['_runs'] if i in r['_curves']]
+    if not runs:
+      continue
+    rounds = sorted(set.intersection(*(set(rounds) for rounds, _ in runs)))
+    acc = np.array([[dict(zip(*run))[t] for t in rounds] for run in runs])
+    label = f'{r["algo"]} [{r["run_dir"]}]'
+    if r['grid_point'] != '-':
+      label += f' {r["grid_point"]}'
+    out[label] = (rounds, acc.mean(0), acc.std(0))
+  return out
+
+
+def write(rows, out_dir, overwrite=False):
+  """Writes OUTPUTS into out_dir; an existing one is replaced only with overwrite."""
+  existing = [n for n in OUTPUTS if os.path.exists(os.path.join(out_dir, n))]
+  if existing and not overwrite:
+    raise UserError(f'{os.path.join(out_dir, existing[0])} exists; pass --overwrite to replace '
+                    'it or choose another --out')
+  os.makedirs(out_dir, exist_ok=True)
+  report.atomic_write(os.path.join(out_dir, 'comparison.md'), markdown(rows).encode())
+  buf = io.StringIO()
+  fields = [k for k in rows[0] if not k.startswith('_')]
+  writer = csv.DictWriter(buf, fieldnames=fields, lineterminator='\n', extrasaction='ignore')
+  writer.writeheader()
+  writer.writerows(rows)
+  report.atomic_write(os.path.join(out_dir, 'comparison.csv'), buf.getvalue().encode())
+  lines = curves(rows)
+  if lines:
+    report.plot_mean_curves(os.path.join(out_dir, 'comparison.png'), lines,
+                            f'{len(rows)} configurations from '
+                            f'{len({r["run_dir"] for r in rows})} run directories')
+
+
+def main(argv=None):
+  """The command line; returns the exit code (2 with one line for a user mistake)."""
+  parser = argparse.ArgumentParser(prog='fedjax-drift-compare', description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('run_dirs', nargs='+', metavar='RUN_DIR')
+  parser.add_argument('--out', default='comparison', help='where the table and plot go')
+  parser.add_argument('--overwrite', action='store_true',
+                      help='replace comparison.{md,csv,png} in --out')
+  args = parser.parse_args(argv)
+  try:
+    rows = groups([read_run_dir(d) for d in args.run_dirs])
+    if not rows:
+      raise UserError('the run directories list no runs (empty runs.csv)')
+    write(rows, args.out, args.overwrite)
+  except UserError as e:
+    sys.stderr.write(f'error: {e}\n')
+    return 2
+  print(markdown(rows), end='')
+  print(f'-> {os.path.join(args.out, "comparison.md")}, comparison.csv, comparison.png')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

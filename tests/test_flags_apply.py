@@ -1,0 +1,121 @@
+"""Flags and --grid axes the chosen algorithm, scenario or options do not read (issue 26 item 2).
+
+The check is derived from fedjax_drift/applies.py's tables (each part, server optimizer, local
+optimizer and choice declares the Config fields it reads): an unread --grid axis is refused,
+an unread single-run flag set away from its default gets one warning line naming it.
+"""
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fedjax_drift
+from fedjax_drift import algorithms, applies, config as config_lib
+from fedjax_drift.config import Config, parse_grid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = os.path.join(ROOT, 'experiments', 'run.py')
+
+
+def _grid_error(**kw):
+  c = Config(**kw)
+  try:
+    applies.check_grid(c, parse_grid(c.grid))
+  except fedjax_drift.UserError as e:
+    return str(e)
+  return None
+
+
+@pytest.mark.parametrize('kw,refused', [
+    (dict(grid='lr:0.01,0.05;beta:0.8,0.9'), 'beta'),                  # the README's old line
+    (dict(algo='slowmo', grid='lr:0.01,0.05;beta:0.8,0.9'), None),
+    (dict(algo='fedprox', grid='prox_mu:0.01,0.1'), None),
+    (dict(algo='fedavg', grid='prox_mu:0.01,0.1'), 'prox_mu'),
+    (dict(algo='fedavg', local_terms='prox', grid='prox_mu:0.01,0.1'), None),
+    (dict(algo='fedavg', server_momentum=0.9, grid='beta:0.8,0.9'), 'beta'),  # replaced
+    (dict(algo='fedadc', grid='beta:0.8,0.9'), None),                   # via beta_local = -1
+    (dict(algo='fedadc', beta_local=0.5, beta_global=0.5, grid='beta:0.8,0.9'), 'beta'),
+    (dict(algo='fedadagrad', grid='server_beta2:0.9,0.99'), 'server_beta2'),
+    (dict(algo='fedadam', grid='server_beta2:0.9,0.99'), None),
+    (dict(algo='fedavg', local_optimizer='adam', grid='local_momentum:0.1,0.5'),
+     'local_momentum'),
+    (dict(algo='fedadc_dm', grid='phi:0.5,0.9'), None),
+    (dict(algo='fedavg', grid='phi:0.5,0.9'), 'phi'),
+    (dict(algo='igfl', grid='attention_temperature:0.5,1'), None),
+    (dict(algo='fedavg', grid='lr:0.01,0.05;server_lr:0.5,1;weight_decay:0,0.001'), None),
+])
+def test_grid_axis_nothing_reads_is_refused(kw, refused):
+  error = _grid_error(**kw)
+  if refused is None:
+    assert error is None, error
+  else:
+    assert error is not None and error.startswith(f'--grid: {refused} is not read'), error
+    assert '\n' not in error
+
+
+@pytest.mark.parametrize('kw,named', [
+    (dict(prox_mu=0.1), ['--prox_mu=0.1']),
+    (dict(algo='fedprox', prox_mu=0.1), []),
+    (dict(algo='fedadc_dm', beta_global=0.5), ['--beta_global=0.5']),  # Alg. 4: = beta_local
+    (dict(partition='iid', dirichlet_alpha=0.3, concept_shift_prob=0.2),
+     ['--dirichlet_alpha=0.3', '--concept_shift_prob=0.2']),
+    (dict(scenario='concept_shift', concept_shift_prob=0.2), []),
+    (dict(algo='moon', moon_mu=5.0, moon_projection_dim=64), []),
+    (dict(algo='igfl', aggregator='attention_global', attention='time'), ['--attention=time']),
+    (dict(personalize='calibrate', test_partition='like_train', personalize_term='prox',
+          prox_mu=0.1), []),
+])
+def test_single_run_flags_nothing_reads_are_warned(kw, named):
+  c = Config(**kw)
+  line = applies.warning(c)
+  assert {f'--{n}={getattr(c, n)}' for n in applies.unread_flags(c)} == set(named)
+  if named:
+    assert line.startswith('warning: ') and '\n' not in line
+    for flag in named:
+      assert flag in line
+  else:
+    assert line == ''
+
+
+def test_every_declared_field_is_a_config_field_and_every_recipe_resolves():
+  names = {f.name for f in dataclasses.fields(Config)}
+  assert applies.DECLARED <= names
+  assert set(algorithms.LOCAL_TERMS) <= set(applies.PART_READS)
+  assert set(algorithms.SERVER_OPTIMIZERS) | {'fedadc'} <= set(applies.SERVER_READS)
+  for algo in algorithms.NAMES:  # each algorithm reads its own hyperparameters
+    reads = applies.reads(Config(algo=algo))
+    assert reads <= names, algo
+  assert 'beta' in applies.reads(Config(algo='slowmo'))
+  assert 'prox_mu' in applies.reads(Config(algo='fedprox'))
+  assert 'gkd_buffer' in applies.reads(Config(algo='fedgkd_vote'))
+
+
+def test_every_gridable_hyperparameter_is_read_by_some_algorithm():
+  read_somewhere = set().union(*(applies.reads(Config(algo=a)) for a in algorithms.NAMES),
+                               applies.reads(Config(local_optimizer='sgd')))
+  unchecked = set(config_lib.GRIDABLE) - applies.DECLARED  # read by every run
+  assert set(config_lib.GRIDABLE) <= read_somewhere | unchecked
+
+
+def test_cli_refuses_the_grid_and_warns_in_one_line(tiny_npz, tmp_path):
+  common = [f'--dataset=npz:{tiny_npz}', '--model=logreg', '--num_clients=4',
+            '--clients_per_round=2', '--rounds=1', '--progress=false']
+  refused = subprocess.run([sys.executable, RUN, *common, "--grid=lr:0.01,0.05;beta:0.8,0.9",
+                            f'--out={tmp_path / "a"}'], capture_output=True, text=True,
+                           cwd=ROOT, timeout=300)
+  assert refused.returncode == 2
+  assert refused.stderr.strip() == ('error: --grid: beta is not read with --algo=fedavg (its '
+                                    'points would repeat the same run); drop it from --grid')
+  assert not os.path.exists(tmp_path / 'a')
+
+
+def test_run_warns_about_a_flag_its_algorithm_does_not_read(tiny_npz, unequal_partition,
+                                                            tmp_path):
+  from helpers import tiny_config  # pylint: disable=g-import-not-at-top
+  lines = []
+  fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, prox_mu=0.1,
+                               out=str(tmp_path / 'run')), log=lines.append)
+  warnings = [line for line in lines if line.startswith('warning:')]
+  assert warnings == ['warning: --prox_mu=0.1 not read with --algo=fedavg (no effect)']
