@@ -242,7 +242,7 @@ class Config:
   resume: bool = _f(False, 'continue the run in --out from its latest checkpoint', group='run')
   save_params: str = _f('', 'write the final global parameters to this .npz', group='output')
   tensorboard: bool = _f(False, 'also write the metrics as TensorBoard events to '
-                        'RUN_DIR/tensorboard (pip install "fedjax-drift[tensorboard]")',
+                        'RUN_DIR/tensorboard (pip install ".[tensorboard]" in the clone)',
                         group='output')
   progress: bool = _f(True, 'show a progress bar', group='output')
 
@@ -356,7 +356,8 @@ class Config:
     if self.personalize_epochs < 1:
       raise UserError(f'--personalize_epochs={self.personalize_epochs} must be >= 1')
     if self.tensorboard and importlib.util.find_spec('tensorboardX') is None:
-      raise UserError('--tensorboard needs tensorboardX: pip install "fedjax-drift[tensorboard]"')
+      raise UserError('--tensorboard needs tensorboardX: pip install tensorboardX (or '
+                      '".[tensorboard]" in the clone)')
     if self.save_params and not self.save_params.endswith('.npz'):
       raise UserError(f'--save_params={self.save_params} must end in .npz')
     return self

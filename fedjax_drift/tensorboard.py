@@ -18,7 +18,7 @@ def _summary_writer(log_dir):
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise UserError('--tensorboard needs tensorboardX: '
-                    'pip install "fedjax-drift[tensorboard]"') from None
+                    'pip install tensorboardX (or ".[tensorboard]" in the clone)') from None
   return SummaryWriter(log_dir=log_dir)
 
 

@@ -147,7 +147,7 @@ def _offline():
     from huggingface_hub import constants  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise UserError('--dataset=hf:... needs the Hugging Face `datasets` library: '
-                    'pip install "fedjax-drift[hf]"') from None
+                    'pip install datasets (or ".[hf]" in the clone)') from None
   saved = datasets.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE
   datasets.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
   try:

@@ -36,7 +36,7 @@ DATASETS = {
     'tfds:NAME': 'a TensorFlow Datasets dataset (downloaded once, needs internet); '
                  'tfds:domainnet = its six domains with domain ids',
     'hf:NAME[:CONFIG]': 'a Hugging Face `datasets` dataset, offline: hf:DIR (save_to_disk) '
-                        'or NAME from the local cache (pip install fedjax-drift[hf])',
+                        'or NAME from the local cache (pip install ".[hf]")',
 }
 IMPORTABLE = ('mnist', 'fashion_mnist', 'cifar10', 'usps', 'digits5', 'domainnet')
 IMPORTABLE += downloads.IMPORTABLE  # cifar100, tiny_imagenet, svhn, emnist_SPLIT
