@@ -49,7 +49,8 @@ def _found_in(dirpath, files, subdirs):
   elif 'test_batch' in files and 'data_batch_1' in files:
     found.append(('cifar10', lambda: formats.read_cifar10_python(dirpath)))
   elif 'cifar10-jpeg.tar.gz' in files:
-    found.append(('cifar10', lambda: sources.load_cifar10_jpeg(dirpath)))
+    # No decode cache: the import's own npz is the one copy kept.
+    found.append(('cifar10', lambda: sources.load_cifar10_jpeg(dirpath, cache=False)))
   elif 'train' in subdirs and 'test' in subdirs and os.path.isdir(
       os.path.join(dirpath, 'train', formats.CIFAR10_CLASSES[0])):
     found.append(('cifar10', lambda: formats.read_cifar10_jpeg_dir(dirpath)))

@@ -179,11 +179,13 @@ def load_usps(data_dir):
   return load_npz(path)
 
 
-def load_cifar10_jpeg(data_dir):
+def load_cifar10_jpeg(data_dir, cache=True):
   """CIFAR-10 from a tarball of {train,test}/<class>/*.jpg, decoded once and cached as .npz.
 
   Labels follow the canonical CIFAR-10 order (airplane=0 ... truck=9), not the sorted folder
   names. The cache lives outside the data folder, keyed by the tarball's checksum.
+  cache=False decodes without reading or writing that cache (`fedjax-drift-data import` keeps
+  its own copy, datasets/cifar10.npz: a second one would double the ~185 MB).
   """
   tar_path = data_dir
   if os.path.isdir(data_dir):
@@ -195,8 +197,8 @@ def load_cifar10_jpeg(data_dir):
   with open(tar_path, 'rb') as f:
     for chunk in iter(lambda: f.read(1 << 20), b''):
       digest.update(chunk)
-  cache = os.path.join(_cache_dir(), f'cifar10-{digest.hexdigest()[:16]}.npz')
-  if os.path.exists(cache):
+  cache = cache and os.path.join(_cache_dir(), f'cifar10-{digest.hexdigest()[:16]}.npz')
+  if cache and os.path.exists(cache):
     return load_npz(cache)
   try:
     with tarfile.open(tar_path, 'r:gz') as tar:
@@ -206,6 +208,8 @@ def load_cifar10_jpeg(data_dir):
   except (tarfile.TarError, OSError, EOFError) as e:
     raise UserError(f'cannot read CIFAR-10 tarball {tar_path}: {e}') from None
   out = dict(zip(('x_train', 'y_train', 'x_test', 'y_test'), arrays))
+  if not cache:
+    return arrays
   os.makedirs(os.path.dirname(cache), exist_ok=True)
   tmp = cache + f'.tmp{os.getpid()}.npz'
   np.savez(tmp, **out)
