@@ -84,10 +84,17 @@ def check_flag_names(parser, argv):
       raise UserError(f'unknown flag {name}{did_you_mean(name, known)}')
 
 
-def main(argv=None):
+HARD_EXIT_S = 10  # after a signal the process ends within this (README "Reliability")
+
+
+def main(argv=None, hard_exit_s=None):
+  """Runs the command line; returns the exit code. hard_exit_s: after SIGINT, SIGTERM or
+  SIGHUP the process ends within this many seconds (interrupts.hard_exit_after)."""
   sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parents[1]))
   import fedjax_drift  # pylint: disable=g-import-not-at-top
-  from fedjax_drift import catalog  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import catalog, interrupts  # pylint: disable=g-import-not-at-top
+  if hard_exit_s:
+    interrupts.hard_exit_after(hard_exit_s)
   argv = sys.argv[1:] if argv is None else list(argv)
   valid = {flag: catalog.values(flag) for flag in ('algo', 'model', 'dataset', 'partition',
                                                    'scenario')}
@@ -101,15 +108,14 @@ def main(argv=None):
   if vars(args).pop('list', False):
     print(catalog.text())
     return 0
+  with interrupts.guard():  # held while the line is written: a second signal adds nothing
+    return _outcome(fedjax_drift, interrupts, args, argv)
+
+
+def _outcome(fedjax_drift, interrupts, args, argv):
+  """Runs and returns the exit code, writing one line on failure."""
   try:
-    if args.resume:
-      # Only the flags given on this command line; the rest come from the run's config.json.
-      given = vars(build_parser(fedjax_drift.Config, suppress_defaults=True).parse_args(argv))
-      if not args.out:
-        raise fedjax_drift.UserError('--resume needs --out=RUN_DIR, the run to continue')
-      fedjax_drift.resume(args.out, **given)
-    else:
-      fedjax_drift.run(fedjax_drift.Config(**vars(args)))
+    _run(fedjax_drift, args, argv)
   except fedjax_drift.errors.DivergenceError as e:
     sys.stderr.write(f'error: {e}\n')
     return 3
@@ -117,9 +123,9 @@ def main(argv=None):
     sys.stderr.write(f'error: {e}\n')
     return 2
   except KeyboardInterrupt as e:  # the library's Interrupted says whether --resume can continue
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not add a traceback
+    interrupts.ignore()  # a second Ctrl-C must not add a traceback
     sys.stderr.write(f'error: {str(e) or "interrupted"}\n')
-    return 130
+    return interrupts.exit_code(e)  # 130, 143 (SIGTERM), 129 (SIGHUP)
   except Exception as e:  # pylint: disable=broad-except
     if os.environ.get('FEDJAX_DRIFT_DEBUG'):
       raise
@@ -130,16 +136,49 @@ def main(argv=None):
   return 0
 
 
+def _run(fedjax_drift, args, argv):
+  """A run (or --resume) from the parsed flags."""
+  if args.resume:
+    # Only the flags given on this command line; the rest come from the run's config.json.
+    given = vars(build_parser(fedjax_drift.Config, suppress_defaults=True).parse_args(argv))
+    if not args.out:
+      raise fedjax_drift.UserError('--resume needs --out=RUN_DIR, the run to continue')
+    fedjax_drift.resume(args.out, **given)
+  else:
+    fedjax_drift.run(fedjax_drift.Config(**vars(args)))
+
+
+def _early_stop(signum, frame):  # pylint: disable=unused-argument
+  """SIGTERM or SIGHUP before the library's handler is in place (while importing)."""
+  error = KeyboardInterrupt(f'stopped by {signal.Signals(signum).name}')
+  error.signum = signum
+  raise error
+
+
+def _ignore_signals():
+  for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):
+    signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
 def _main_exit_code():
-  """main()'s exit code; Ctrl-C before main's own handler (while importing) or after it
-  (while the interpreter shuts down) still gives one line and 130, never a traceback."""
+  """main()'s exit code; a signal before main's own handler (while importing) or after it
+  (while the interpreter shuts down) still gives one line and 128 + the signal, never a
+  traceback."""
+  for name in ('SIGTERM', 'SIGHUP'):
+    signal.signal(getattr(signal, name), _early_stop)
   try:
-    code = main()
-  except KeyboardInterrupt:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.stderr.write('error: interrupted\n')
-    return 130
-  signal.signal(signal.SIGINT, signal.SIG_IGN)
+    code = main(hard_exit_s=HARD_EXIT_S)
+  except KeyboardInterrupt as e:
+    _ignore_signals()
+    sys.stderr.write(f'error: {str(e) or "interrupted"}\n')
+    code = 128 + getattr(e, 'signum', signal.SIGINT)
+  _ignore_signals()
+  if code in (128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP):
+    # Interrupted: what the run owns is closed and its line written. Interpreter teardown
+    # with XLA's threads cut mid-work can crash (SIGSEGV instead of the exit code): skip it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
   return code
 
 

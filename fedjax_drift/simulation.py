@@ -18,6 +18,7 @@ Run directory (the same layout for one run and for many):
 import contextlib
 import dataclasses
 import os
+import signal
 import sys
 import time
 from typing import Any, NamedTuple
@@ -56,8 +57,14 @@ def run(config: Config, log=print) -> dict:
   """Runs every run of `config` (seeds x grid points; one run by default) end to end.
 
   Returns the summary (also written to summary.json). With config.resume, continues the runs
-  in config.out from their latest checkpoint. Raises DivergenceError when every run diverged.
+  in config.out from their latest checkpoint. Raises DivergenceError when every run diverged,
+  and interrupts.Interrupted (a KeyboardInterrupt) on SIGINT, SIGTERM or SIGHUP.
   """
+  with interrupts.guard():  # a signal is never lost, even in a gc callback (interrupts.py)
+    return _run(config, log)
+
+
+def _run(config, log):
   t0 = time.perf_counter()
   config = distributed.setup(config, log)  # first: jax.distributed precedes any other JAX use
   if not distributed.is_writer():  # several processes: process 0 speaks and writes
@@ -69,6 +76,8 @@ def run(config: Config, log=print) -> dict:
     log(unread)
   run_dir = _check_outputs(config)
   distributed.barrier('outputs checked')  # before process 0 creates anything in them
+  interrupts.describe(lambda signum: interrupts.message(
+      run_dir, bool(_checkpoint_rounds(run_dir)), signum))  # for a hard exit (the CLI)
   try:
     with (rundir.claimed(run_dir) if distributed.is_writer()  # one writer, loading to the end
           else contextlib.nullcontext()):
@@ -76,6 +85,7 @@ def run(config: Config, log=print) -> dict:
       fingerprint = inputs.fingerprint(config)  # of the bytes read: taken before, checked after
       study = distributed.place(build(config, runs))  # global arrays over processes, if any
       inputs.check_unchanged(fingerprint, run_dir, while_reading=True)
+      interrupts.check()
       with interrupts.deferred():  # Ctrl-C while XLA compiles can crash the process
         compiled = _compile(study)
       out = _open_run_dir(study, run_dir, log, fingerprint)
@@ -87,9 +97,11 @@ def run(config: Config, log=print) -> dict:
       # after a Ctrl-C here --resume writes them all again from the final checkpoint.
       return _finish(study, compiled, out, state, history, train_s,
                      time.perf_counter() - t0, log)
-  except KeyboardInterrupt:
-    has_checkpoint = bool(Checkpointer(run_dir).rounds())
-    raise interrupts.Interrupted(interrupts.message(run_dir, has_checkpoint)) from None
+  except KeyboardInterrupt as e:
+    signum = interrupts.received() or getattr(e, 'signum', signal.SIGINT)
+    has_checkpoint = bool(_checkpoint_rounds(run_dir))  # not orbax: its import takes seconds
+    raise interrupts.Interrupted(interrupts.message(run_dir, has_checkpoint, signum),
+                                 signum) from None
 
 
 def _check_outputs(config):
@@ -348,6 +360,7 @@ def _loop(study, compiled, out, log):
   bar = _progress_bar(cfg.rounds, done, cfg.progress)
   last_checkpoint, per_call, first, t_start = done, 1, True, time.perf_counter()
   while done < cfg.rounds and len(prog.diverged) < prog.num_runs:
+    interrupts.check()  # a signal whose raise something swallowed
     next_eval = min((done // cfg.eval_every + 1) * cfg.eval_every, cfg.rounds)
     n = min(per_call, next_eval - done)
     t = time.perf_counter()
@@ -378,7 +391,7 @@ def _record(cfg, out, prog, state, done, last_checkpoint):
   """Writes the metric files and, when due, a checkpoint, with Ctrl-C held back so that
   they stay consistent; returns the round of the last checkpoint."""
   every = cfg.checkpoint_every or cfg.eval_every
-  with interrupts.deferred():
+  with interrupts.deferred(writing=True):
     if distributed.is_writer():
       _write_metrics(out.run_dir, prog)
     if (done // every > last_checkpoint // every or done == cfg.rounds) and \
@@ -618,10 +631,16 @@ def _divergence_message(study, bad, run_dir):
           f'{_checkpoint_note(run_dir)}; lower --lr or check the data')
 
 
+def _checkpoint_rounds(run_dir):
+  """Rounds with a checkpoint directory (orbax renames each into place when complete)."""
+  directory = os.path.join(run_dir, 'checkpoints')
+  return sorted(int(d) for d in os.listdir(directory) if d.isdigit()) \
+      if os.path.isdir(directory) else []
+
+
 def _checkpoint_note(run_dir):
   directory = os.path.join(run_dir, 'checkpoints')
-  rounds = sorted(int(d) for d in os.listdir(directory) if d.isdigit()) \
-      if os.path.isdir(directory) else []
+  rounds = _checkpoint_rounds(run_dir)
   if not rounds:
     return 'no checkpoint was saved before it'
   return f'the last good checkpoint (round {rounds[-1]}) is in {directory}'
