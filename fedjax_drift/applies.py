@@ -7,9 +7,9 @@ augmentation and personalisation choices (CHOICE_READS). A field named by none o
 (--lr, --server_lr, --weight_decay, --rounds, ...) is read by every run and never checked.
 
 `unread(config)` is the declared fields that the chosen algorithm (with --local_terms,
---aggregator, --server_optimizer, --server_momentum), scenario, partition and options leave
-unread. `check_grid` refuses a --grid axis among them (it would only repeat runs), and
-`unread_flags` lists the single-run flags set away from their defaults that nothing reads
+--aggregator, --server_optimizer, --server_momentum), scenario, partition and options
+(WHEN_SET: --init_params) leave unread. `check_grid` refuses a --grid axis among them (it
+would only repeat runs), and `unread_flags` lists the single-run flags set away from their defaults that nothing reads
 (the run warns about them in one line: presets set shared flags for every method).
 """
 import dataclasses
@@ -71,11 +71,17 @@ CHOICE_READS = {
     ('personalize_term', 'self_kd'): ('kd_lambda', 'kd_temperature', 'kd_tau2'),
 }
 
+# flag -> (fields read only while it is set, fields it replaces and leaves unread).
+WHEN_SET = {
+    'init_params': (('init_params_run',), ('init',)),  # saved parameters replace --init's
+}
+
 # A field whose -1 means 'the same as' another field also reads that field.
 FALLBACKS = {'beta_local': 'beta', 'beta_global': 'beta'}
 
 DECLARED = frozenset(f for table in (PART_READS, SERVER_READS, LOCAL_OPTIMIZER_READS,
-                                     CHOICE_READS) for fields in table.values() for f in fields)
+                                     CHOICE_READS) for fields in table.values() for f in fields
+                     ) | {f for pair in WHEN_SET.values() for fields in pair for f in fields}
 
 
 def _components(config):
@@ -108,6 +114,8 @@ def reads(config) -> set:
   for (flag, value), fields in CHOICE_READS.items():
     if getattr(config, flag) == value:
       out.update(fields)
+  for flag, (when_set, replaced) in WHEN_SET.items():
+    out.update(when_set if getattr(config, flag) else replaced)
   if algorithms.RECIPES[config.algo].aggregator == 'attention' and not config.aggregator:
     out.add('attention')  # the IGFL query, unless --aggregator names one
   for field, fallback in FALLBACKS.items():
@@ -127,6 +135,9 @@ def _what(config, field):
   for (flag, _), fields in CHOICE_READS.items():
     if field in fields and flag != 'personalize_term':
       return f'--{flag}={getattr(config, flag)}'
+  for flag, (when_set, replaced) in WHEN_SET.items():
+    if field in when_set + replaced:
+      return f'--{flag}={getattr(config, flag)!r}' if field in replaced else f'--{flag} unset'
   if field in LOCAL_OPTIMIZER_READS['sgd'] + LOCAL_OPTIMIZER_READS['adam'] and \
       config.algo != 'fedadc_dm':
     return f'--local_optimizer={config.local_optimizer}'

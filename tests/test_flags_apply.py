@@ -119,3 +119,9 @@ def test_run_warns_about_a_flag_its_algorithm_does_not_read(tiny_npz, unequal_pa
                                out=str(tmp_path / 'run')), log=lines.append)
   warnings = [line for line in lines if line.startswith('warning:')]
   assert warnings == ['warning: --prox_mu=0.1 not read with --algo=fedavg (no effect)']
+
+
+def test_init_is_unread_with_init_params_and_init_params_run_without():
+  assert applies.unread_flags(Config(init='zeros', init_params='a.npz')) == ['init']
+  assert applies.unread_flags(Config(init_params_run=1)) == ['init_params_run']
+  assert applies.unread_flags(Config(init_params='a.npz', init_params_run=1)) == []
