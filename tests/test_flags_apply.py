@@ -125,3 +125,21 @@ def test_init_is_unread_with_init_params_and_init_params_run_without():
   assert applies.unread_flags(Config(init='zeros', init_params='a.npz')) == ['init']
   assert applies.unread_flags(Config(init_params_run=1)) == ['init_params_run']
   assert applies.unread_flags(Config(init_params='a.npz', init_params_run=1)) == []
+
+
+def test_readme_algorithm_table_flags_are_read_by_their_algorithms():
+  """The README's 'its flags' column and applies.py's tables say the same."""
+  import re  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+    text = f.read()
+  table = text[text.index('| name | what it is | its flags |'):]
+  table = table[:table.index('\n\n')]
+  checked = 0
+  for line in table.splitlines()[2:]:
+    cells = line.split(' | ')
+    names = [n for n in re.findall(r'`(\w+)`', cells[0]) if n in algorithms.RECIPES]
+    flags = [f for f in re.findall(r'--(\w+)', cells[2]) if f in applies.DECLARED]
+    for flag in flags:
+      assert any(flag in applies.reads(Config(algo=n)) for n in names), (names, flag)
+      checked += 1
+  assert checked > 20
