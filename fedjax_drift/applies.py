@@ -3,7 +3,8 @@
 Every component that reads a field only when it is chosen declares that field here: the local
 parts and aggregators of algorithms/parts.py (PART_READS), the server optimizers
 (SERVER_READS), the local optimizers (LOCAL_OPTIMIZER_READS), and the data, scenario,
-augmentation and personalisation choices (CHOICE_READS). A field named by none of them
+augmentation and personalisation choices (CHOICE_READS) and the dataset loaders
+(DATASET_READS). A field named by none of them
 (--lr, --server_lr, --weight_decay, --rounds, ...) is read by every run and never checked.
 
 `unread(config)` is the declared fields that the chosen algorithm (with --local_terms,
@@ -71,6 +72,15 @@ CHOICE_READS = {
     ('personalize_term', 'self_kd'): ('kd_lambda', 'kd_temperature', 'kd_tau2'),
 }
 
+# --dataset -> the loader options only its loader reads (data/sources.py LOAD_OPTIONS). A key
+# ending in ':' matches that prefix (hf:NAME), 'emnist' also emnist_SPLIT.
+DATASET_READS = {
+    'hf:': ('hf_image_column', 'hf_label_column', 'hf_train_split', 'hf_test_split'),
+    'cifar100': ('cifar100_labels',),
+    'emnist': ('emnist_split',),
+    'digits5': ('digits5_parts',),
+}
+
 # flag -> (fields read only while it is set, fields it replaces and leaves unread).
 WHEN_SET = {
     'init_params': (('init_params_run',), ('init',)),  # saved parameters replace --init's
@@ -80,7 +90,7 @@ WHEN_SET = {
 FALLBACKS = {'beta_local': 'beta', 'beta_global': 'beta'}
 
 DECLARED = frozenset(f for table in (PART_READS, SERVER_READS, LOCAL_OPTIMIZER_READS,
-                                     CHOICE_READS) for fields in table.values() for f in fields
+                                     CHOICE_READS, DATASET_READS) for fields in table.values() for f in fields
                      ) | {f for pair in WHEN_SET.values() for fields in pair for f in fields}
 
 
@@ -116,12 +126,22 @@ def reads(config) -> set:
       out.update(fields)
   for flag, (when_set, replaced) in WHEN_SET.items():
     out.update(when_set if getattr(config, flag) else replaced)
+  for key, fields in DATASET_READS.items():
+    if _is_dataset(config.dataset, key):
+      out.update(fields)
   if algorithms.RECIPES[config.algo].aggregator == 'attention' and not config.aggregator:
     out.add('attention')  # the IGFL query, unless --aggregator names one
   for field, fallback in FALLBACKS.items():
     if field in out and getattr(config, field) < 0:
       out.add(fallback)
   return out
+
+
+def _is_dataset(dataset, key):
+  """Whether --dataset=dataset is DATASET_READS's `key`."""
+  if key.endswith(':'):
+    return dataset.startswith(key)
+  return dataset == key or (key == 'emnist' and dataset.startswith('emnist_'))
 
 
 def unread(config) -> set:
@@ -135,6 +155,8 @@ def _what(config, field):
   for (flag, _), fields in CHOICE_READS.items():
     if field in fields and flag != 'personalize_term':
       return f'--{flag}={getattr(config, flag)}'
+  if any(field in fields for fields in DATASET_READS.values()):
+    return f'--dataset={config.dataset}'
   for flag, (when_set, replaced) in WHEN_SET.items():
     if field in when_set + replaced:
       return f'--{flag}={getattr(config, flag)!r}' if field in replaced else f'--{flag} unset'

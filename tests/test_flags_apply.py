@@ -143,3 +143,32 @@ def test_readme_algorithm_table_flags_are_read_by_their_algorithms():
       assert any(flag in applies.reads(Config(algo=n)) for n in names), (names, flag)
       checked += 1
   assert checked > 20
+
+
+@pytest.mark.parametrize('dataset,unread', [
+    ('embedded', {'cifar100_labels', 'emnist_split', 'hf_train_split'}),
+    ('cifar100', {'emnist_split', 'hf_train_split'}),
+    ('emnist_letters', {'cifar100_labels', 'hf_train_split'}),
+    ('hf:some/name', {'cifar100_labels', 'emnist_split'}),
+    ('tfds:cifar100', {'cifar100_labels', 'emnist_split', 'hf_train_split'}),
+])
+def test_loader_options_of_another_dataset_are_warned(dataset, unread):
+  c = Config(dataset=dataset, cifar100_labels='coarse', emnist_split='letters',
+             hf_train_split='other')
+  assert set(applies.unread_flags(c)) == unread
+
+
+def test_no_preset_grid_is_refused():
+  """The presets give shared settings to every method (warned about, never refused)."""
+  sys.path.insert(0, os.path.join(ROOT, 'experiments'))
+  import presets  # pylint: disable=g-import-not-at-top
+  checked = 0
+  for name in presets.PRESETS:
+    for mode in ('short', 'full'):
+      for _, _, values, grid, seeds, _ in presets.plan(name, mode):
+        if values.get('algo') not in algorithms.RECIPES:  # a pending method
+          continue
+        c = presets.to_config(values, grid, seeds)
+        applies.check_grid(c, parse_grid(c.grid))
+        checked += 1
+  assert checked > 100
