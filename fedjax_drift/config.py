@@ -88,7 +88,8 @@ class Config:
   clients_per_round: int = _f(10, 'cohort size K, sampled uniformly without replacement',
                               group='server')
   # Local work.
-  rounds: int = _f(50, 'communication rounds', group='run')
+  rounds: int = _f(50, 'communication rounds (0 = only evaluate the starting parameters, '
+                   'e.g. --init_params)', group='run')
   local_steps: int = _f(0, 'H local steps per client (exclusive with --local_epochs)',
                         group='local training')
   local_epochs: int = _f(0, 'E local epochs: client i runs E*ceil(n_i/B) steps; 0 = 1 '
