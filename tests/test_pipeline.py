@@ -117,6 +117,9 @@ def test_batches_are_deterministic_and_differ_across_steps_and_clients(images):
   plain = engine.make_batch_fn(data, data.client_index[1], count, k1, 0, 1)
   np.testing.assert_array_equal(plain(0).x, plain(1).x)
   assert not np.array_equal(full(0).x, full(1).x)
+  # ... and across clients (keys): the same examples, augmented differently.
+  other = engine.make_batch_fn(data, data.client_index[1], count, k2, 0, 1, pipeline=pipe)
+  assert not np.array_equal(full(0).x, other(0).x)
   # Labels and masks are not touched; the default pipeline is to_float itself.
   np.testing.assert_array_equal(batch(k1, 1).y, batch(k1, 1, None).y)
   off = pipeline.Pipeline()
