@@ -169,6 +169,16 @@ def test_per_channel_normalisation_reaches_training_and_evaluation(images):
   np.testing.assert_allclose(evaluate(exp.state.params, x_test, y_test)[1], want)
 
 
+def test_fedgkd_vote_validation_inputs_are_normalised(images):
+  exp = fedjax_drift.prepare(dataclasses.replace(
+      _image_config(images, algo='fedgkd_vote', vote_val_size=6, normalize='per_channel'),
+      partition='iid'))
+  norm, x_val = exp.pipeline.norm, np.asarray(exp.server_data['x_val'])
+  assert x_val.min() < 0  # standardised, not [0, 1]
+  pixels = (x_val * np.asarray(norm.std) + np.asarray(norm.mean)) * 255
+  np.testing.assert_allclose(pixels, np.round(pixels), atol=1e-3)  # back to uint8 values
+
+
 def test_explicit_normalisation_and_its_errors(images):
   exp = fedjax_drift.prepare(_image_config(images, normalize_mean='0.5,0.4,0.3',
                                            normalize_std='0.2'))
