@@ -19,8 +19,11 @@ PARTITION_SUMMARIES = {
     'dirichlet': 'per-class Dirichlet(--dirichlet_alpha) allocation',
     'dirichlet_client': 'a Dirichlet class mixture per client (Hsu et al.)',
     'quantity': 'Dirichlet client sizes, IID labels',
-    'domains': 'one group of clients per domain (--dataset=digits_domains)',
+    'domains': 'each domain\'s examples to its own clients (any dataset with domain ids: '
+               'digits5, domainnet, digits_domains, npz with d_train/d_test); N >= domains',
     'file:PATH': 'a JSON list of per-client index lists',
+    'natural:COLUMN': 'one client per id of the dataset\'s group column (e.g. writer); '
+                      '--num_clients picks a seeded subset',
 }
 SCENARIO_SUMMARIES = {
     'static': 'the partition\'s clients, labels as given',
@@ -46,7 +49,7 @@ def sections():
       ('models', 'model', {n: _model_summary(n) for n in MODELS}),
       ('datasets', 'dataset', dict(sources.DATASETS)),
       ('partitions', 'partition', {n: PARTITION_SUMMARIES.get(n, '')
-                                   for n in PARTITIONS + ('file:PATH',)}),
+                                   for n in PARTITIONS + ('file:PATH', 'natural:COLUMN')}),
       ('scenarios', 'scenario', {n: SCENARIO_SUMMARIES.get(n, '') for n in scenarios.NAMES}),
   ]
 

@@ -49,16 +49,23 @@ def read_run_dir(run_dir) -> dict:
     raise UserError(f'{config_path} is not a fedjax-drift config.json ({e!r})') from None
   runs = []
   for row in _read_csv(os.path.join(run_dir, 'runs.csv')):
-    spec = specs.get(int(row['run']), {})
-    point = {k: v for k, v in spec.items() if k not in ('run', 'seed')}
-    runs.append({'run': int(row['run']), 'seed': int(row['seed']), 'point': point,
-                 'status': row['status'], 'final': _float(row['final_accuracy']),
-                 'best': _float(row['best_accuracy'])})
+    try:
+      spec = specs.get(int(row['run']), {})
+      point = {k: v for k, v in spec.items() if k not in ('run', 'seed')}
+      runs.append({'run': int(row['run']), 'seed': int(row['seed']), 'point': point,
+                   'status': row['status'], 'final': _float(row['final_accuracy']),
+                   'best': _float(row['best_accuracy'])})
+    except (KeyError, ValueError, TypeError) as e:
+      raise UserError(f'{os.path.join(run_dir, "runs.csv")}: unexpected row ({e!r})') from None
   curves = {}
   for row in _read_csv(os.path.join(run_dir, 'metrics.csv')):
-    rounds, accs = curves.setdefault(int(row['run']), ([], []))
-    rounds.append(int(row['round']))
-    accs.append(_float(row['test_accuracy']))
+    try:
+      point = int(row['run']), int(row['round']), _float(row['test_accuracy'])
+    except (KeyError, ValueError, TypeError) as e:
+      raise UserError(f'{os.path.join(run_dir, "metrics.csv")}: unexpected row ({e!r})') from None
+    rounds, accs = curves.setdefault(point[0], ([], []))
+    rounds.append(point[1])
+    accs.append(point[2])
   return {'dir': run_dir, 'algo': config.get('algo', '?'), 'dataset': config.get('dataset', '?'),
           'runs': runs, 'curves': curves}
 

@@ -129,3 +129,11 @@ def test_compare_groups_grid_points_and_refuses_a_non_run_directory(tmp_path):
   rounds, mean, std = lines['slowmo [sweep] beta=0.5']
   assert rounds == [0, 1] and np.allclose(mean, [0.2, 0.6]) and np.allclose(std, [0.1, 0.1])
   assert compare.main([str(tmp_path), f'--out={tmp_path / "o"}']) == 2
+
+
+def test_compare_refuses_a_damaged_runs_csv_in_one_line(tmp_path):
+  (tmp_path / 'config.json').write_text('{"algo": "fedavg", "_resolved": {"runs": []}}')
+  (tmp_path / 'runs.csv').write_text('run,seed\nzero,0\n')
+  (tmp_path / 'metrics.csv').write_text('run,round,test_accuracy\n')
+  with pytest.raises(fedjax_drift.UserError, match='runs.csv: unexpected row'):
+    compare.read_run_dir(str(tmp_path))
