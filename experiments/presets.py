@@ -33,6 +33,7 @@ import csv
 import dataclasses
 import math
 import os
+import shlex
 import sys
 import time
 import tomllib
@@ -272,13 +273,18 @@ def configs(name, mode, only=None, **overrides):
           for s, label, v, g, n, reasons in plan(name, mode, only, **overrides) if not reasons]
 
 
-def pending(name, mode='full'):
-  """{reason: [scenario/method, ...]} of the runs this build cannot do yet."""
-  out = {}
-  for s, label, *_, reasons in plan(name, mode):
+def pending(name, mode='full', only=None):
+  """{reason: [method @ scenario, ...]} of the runs this build cannot do yet; a reason's
+  issue references are merged over its runs."""
+  where, issues = {}, {}
+  for s, label, *_, reasons in plan(name, mode, only):
     for r in reasons:
-      out.setdefault(r, []).append(f'{label} @ {s}')
-  return out
+      base, _, refs = r.partition(' (issue')
+      where.setdefault(base, []).append(f'{label} @ {s}')
+      issues.setdefault(base, set()).update(
+          f'issue{x}' for x in refs.rstrip(')').split(', issue') if refs)
+  return {(f'{b} ({", ".join(sorted(issues[b]))})' if issues[b] else b): w
+          for b, w in where.items()}
 
 
 def _grid_text(grid):
@@ -449,7 +455,7 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
   rows = plan(name, mode, only, rounds, seeds, replace)
   live = [(s, m, to_config(v, g, n)) for s, m, v, g, n, r in rows if not r]
   if not live:
-    needs = sorted({x for *_, r in rows for x in r})
+    needs = sorted(pending(name, mode, only))
     raise fedjax_drift.UserError(f'preset {name} is pending: this build lacks '
                                  f'{"; ".join(needs)}')
   check_out(out_dir, overwrite)
@@ -631,9 +637,9 @@ def experiment_table():
   lines = ['| id | paper | table/figure | compares | preset and command | status here |',
            '|---|---|---|---|---|---|']
   for e in EXPERIMENTS:
-    only = f' --only={",".join(e["only"])}' if e.get('only') else ''
+    only = f' --only={shlex.quote(",".join(e["only"]))}' if e.get('only') else ''
     cmds = '<br>'.join(f'`{command(p)}{only}`' for p in e['presets'])
-    needs = sorted({r for p in e['presets'] for r in pending(p)})
+    needs = sorted({r for p in e['presets'] for r in pending(p, only=e.get('only'))})
     live = any(configs(p, 'full', only=e.get('only')) for p in e['presets'])
     status = ('live' if not needs else
               ('partly live; ' if live else '') + 'pending: ' + '; '.join(needs))
