@@ -217,7 +217,8 @@ class Config:
                                'than this (0 = 90% of the memory available now)', group='run')
   seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program', group='run')
   grid: str = _f('', "sweep float hyperparameters in the same program, e.g. "
-                 "'lr:0.01,0.05;beta:0.8,0.9' (the cartesian product)", group='run')
+                 "'lr:0.01,0.05;beta:0.8,0.9' with slowmo (the cartesian product; an axis "
+                 "the run does not read is refused)", group='run')
   run_chunk: int = _f(0, 'runs vmapped together in a sweep; 0 = all', group='run')
   # Evaluation and output.
   eval_every: int = _f(5, 'evaluate the global model every this many rounds', group='output')
