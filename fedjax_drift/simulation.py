@@ -254,8 +254,16 @@ def _resolved_config(study, run_dir, fingerprint):
       'backend': jax.default_backend(), 'jax_version': jax.__version__,
       'eval_protocol': evaluation.resolve(exp.config),
       'domain_columns': evaluation.domain_columns(exp.dataset),
-      'inputs': fingerprint})
+      'inputs': fingerprint, 'normalization': _normalization(exp)})
   return resolved
+
+
+def _normalization(exp):
+  """The per-channel mean and std the inputs are normalised with (config.json), or None."""
+  norm = exp.pipeline.norm if exp.pipeline is not None else None
+  if norm is None:
+    return None
+  return {'mean': [float(v) for v in norm.mean], 'std': [float(v) for v in norm.std]}
 
 
 def _log_header(study, compiled, run_dir, log):
@@ -277,6 +285,19 @@ def _log_header(study, compiled, run_dir, log):
   log(f'local work: up to {study.max_local_steps} steps per client per round; per-client state '
       f'{n_clients} clients x {state_bytes // max(n_clients, 1):,} bytes = {state_bytes:,} '
       f'bytes per run; run directory {run_dir}')
+  pipe = exp.pipeline
+  if pipe is not None and not pipe.is_identity:
+    norm = _normalization(exp)
+
+    def short(values):  # flat features may have hundreds of channels
+      text = ', '.join(f'{v:.4f}' for v in values[:4])
+      return text if len(values) <= 4 else f'{text}, ... ({len(values)} channels)'
+
+    log('inputs: ' + '; '.join(
+        [f'--augment={pipe.augment}'] * (pipe.augment != 'none')
+        + [f'normalised with mean {short(norm["mean"])} and std {short(norm["std"])}']
+        * (norm is not None)
+        + ['a dropout key per local step'] * pipe.dropout))
   ev = compiled.evaluate
   if ev.protocol == 'fedbn' or ev.columns:
     log(f'evaluation: --eval_protocol={ev.protocol} ('
