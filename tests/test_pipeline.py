@@ -490,6 +490,8 @@ def _run_config(images, out, **kw):
 @pytest.mark.slow
 def test_two_seed_sweep_equals_single_runs_with_augmentation(images, tmp_path):
   fedjax_drift.run(_run_config(images, tmp_path / 'sweep', seeds=2), **QUIET)
+  saved = json.loads((tmp_path / 'sweep' / 'config.json').read_text())['_resolved']
+  assert len(saved['normalization']['mean']) == 3  # the statistics used, for the record
   for run, seed in ((0, 0), (1, 1)):
     fedjax_drift.run(_run_config(images, tmp_path / f's{seed}', seed=seed), **QUIET)
     single = [float(r['test_loss']) for r in _rows(tmp_path / f's{seed}' / 'metrics.csv')]
