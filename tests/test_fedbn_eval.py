@@ -81,7 +81,7 @@ def test_per_domain_accuracies_by_hand(tmp_path):
   correct, count = np.zeros(3), np.zeros(3)
   for c, test in enumerate(ds.test_parts):
     own = fedbn.with_norm_leaves(tree, [r[0, c] for r in rows])
-    named = {k: v for k, v in models.flatten_names(own).items()}
+    named = models.flatten_names(own)
     for k, v in saved.items():  # the saved global weights are the non-norm layers
       if not any(k.startswith(p) for p in ('batch_stats/', 'params/bn')):
         np.testing.assert_array_equal(named[k], v[0])
