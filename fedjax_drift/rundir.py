@@ -92,8 +92,8 @@ def first_difference(recorded: dict, now: dict) -> str:
   a, b = canonical(recorded), canonical(now)
   for key in sorted(set(a) | set(b)):
     if a.get(key) != b.get(key):
-      return (f'--{key}: {recorded.get(key, "(absent)")!r} when recorded, '
-              f'{now.get(key, "(absent)")!r} now')
+      return (f'--{key}: {recorded.get(key, "(default)")!r} when recorded, '
+              f'{now.get(key, "(default)")!r} now')
   return ''
 
 

@@ -208,13 +208,16 @@ def _open_run_dir(study, run_dir, log, fingerprint) -> Output:
 
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Config))
+_DEFAULTS = dataclasses.asdict(Config())
 
 
 def run_flags(values: dict) -> dict:
   """The flags that define a run, which its checkpoints depend on: every Config field but
   those a launch may change (RESUME_OVERRIDES, --overwrite). values: dataclasses.asdict of
-  a Config."""
-  return {k: values[k] for k in sorted(_FIELDS - set(RESUME_OVERRIDES) - {'overwrite'})}
+  a Config. Fields at their default are left out, so a run directory written before a new
+  flag existed still resumes (the new flag's default is what that run did)."""
+  return {k: values[k] for k in sorted(_FIELDS - set(RESUME_OVERRIDES) - {'overwrite'})
+          if values[k] != _DEFAULTS[k]}
 
 
 def _finished(out, config):
