@@ -153,6 +153,25 @@ def _ignore_closed_loop_callbacks():
   sys.unraisablehook = hook
 
 
+def _write_failure(path, error) -> str:
+  """The one line for a checkpoint that could not be written (the OS's reason when the error
+  carries one: tensorstore reports it as [os_error_code='28']); removes the partial step,
+  which orbax left as PATH.orbax-checkpoint-tmp*."""
+  import re  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  code = getattr(error, 'errno', None) or next(
+      (int(c) for c in re.findall(r"os_error_code='(\d+)'", str(error))), None)
+  reason = os.strerror(code) if code else (
+      (str(error).strip().splitlines() or [type(error).__name__])[0][:120])
+  parent, name = os.path.split(path)
+  for entry in os.listdir(parent) if os.path.isdir(parent) else []:
+    if entry.startswith(name + '.orbax-checkpoint-tmp'):
+      shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+  run_dir = os.path.dirname(parent)
+  return (f'cannot write the checkpoint {path}: {reason}; earlier checkpoints are intact: '
+          f'make room, then continue with --resume --out={run_dir}')
+
+
 class Checkpointer:
   """Saves and restores (state, history) under RUN_DIR/checkpoints/<round>.
 
@@ -206,10 +225,16 @@ class Checkpointer:
     else:
       arrays = jax.device_get(arrays)
       stamp = {'sha256': checksum(arrays, history), 'format': FORMAT}
-    manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(arrays), history=ocp.args.JsonSave(history),
-        checksum=ocp.args.JsonSave(stamp)))
-    manager.wait_until_finished()
+    _ignore_closed_loop_callbacks()  # a failed write's late callbacks print from threads
+    try:  # a full disk: orbax's threads log the error many times over; one line instead
+      with _quiet_stderr_on_failure():
+        manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(arrays), history=ocp.args.JsonSave(history),
+            checksum=ocp.args.JsonSave(stamp)))
+        manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      self._manager = None  # reopened (and re-listed) by the next call
+      raise UserError(_write_failure(os.path.join(self.directory, str(step)), e)) from None
 
   def _restore_step(self, step, like):
     """(state, history) of one step, or raises ValueError saying why it is damaged."""

@@ -10,6 +10,8 @@ import os
 
 import numpy as np
 
+from fedjax_drift.errors import UserError
+
 
 TEMP_PREFIX, TEMP_SUFFIX = '.fjd-', '.tmp'
 TEMP_NAME_LEN = len(TEMP_PREFIX) + 8 + len(TEMP_SUFFIX)  # '.fjd-1a2b3c4d.tmp'
@@ -52,9 +54,9 @@ def temp_name(directory, tag=None):
 def atomic_write(path, data: bytes, tag=None):
   """Writes `data` to a temporary name beside `path`, then renames it into place.
 
-  On any failure or interrupt the temporary file is removed, so nothing half-written stays.
-  Inside a recording run directory, `path` is recorded first and the temporary carries the
-  run's tag.
+  On any failure or interrupt the temporary file is removed, so nothing half-written stays;
+  an OSError (a full disk, no permission) becomes one UserError naming `path`. Inside a
+  recording run directory, `path` is recorded first and the temporary carries the run's tag.
   """
   directory = os.path.dirname(os.path.abspath(path))
   record = _records.get(os.path.realpath(directory))
@@ -68,9 +70,11 @@ def atomic_write(path, data: bytes, tag=None):
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
-  except BaseException:
+  except BaseException as e:
     if os.path.exists(tmp):
       os.remove(tmp)
+    if isinstance(e, OSError):
+      raise UserError(f'cannot write {path}: {e.strerror or e}') from None
     raise
 
 

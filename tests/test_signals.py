@@ -221,3 +221,131 @@ def test_sigterm_and_sighup_leave_a_resumable_run(tmp_path, signum, code):
   resumed = cli('--resume', f'--out={out}', f'--rounds={done + 2}', '--progress=false')
   assert resumed.returncode == 0, resumed.stderr
   assert _evaluated_rounds(out) == done + 2
+
+
+# Issue 24 item 6: the data import and a full disk.
+def _downloads(tmp_path):
+  import fixtures  # pylint: disable=g-import-not-at-top
+  fixtures.write_idx_dir(str(tmp_path / 'downloads' / 'mnist'), n_train=20, n_test=10)
+  return str(tmp_path / 'downloads')
+
+
+def _cache_files():
+  root = os.environ['FEDJAX_DRIFT_CACHE']  # each test's own (conftest)
+  return [f for _, _, files in os.walk(root) for f in files]
+
+
+def _partial_then(action):
+  """An np.savez that writes part of the file, then does `action` (raise, or a signal)."""
+  def savez(path, **_):
+    with open(path, 'wb') as f:
+      f.write(b'PK\x03\x04 half of an npz')
+    action()
+  return savez
+
+
+def test_data_import_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+  import errno  # pylint: disable=g-import-not-at-top
+  from fedjax_drift.data import prepare, sources  # pylint: disable=g-import-not-at-top
+  root = _downloads(tmp_path)
+
+  def full():
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  monkeypatch.setattr(sources.np, 'savez', _partial_then(full))
+  assert prepare.main(['import', root]) == 2
+  line = _one_line(capsys.readouterr().err)
+  assert sources.imported_path('mnist') in line and 'No space left on device' in line, line
+  assert _cache_files() == []
+
+
+def test_data_import_unreadable_file_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+  import errno  # pylint: disable=g-import-not-at-top
+  from fedjax_drift.data import prepare, sources  # pylint: disable=g-import-not-at-top
+  root = _downloads(tmp_path)
+  name = os.path.join(root, 'mnist', 'train-images-idx3-ubyte.gz')
+
+  def unreadable(_):
+    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+  monkeypatch.setattr(sources, 'read_idx_dir', unreadable)
+  assert prepare.main(['import', root]) == 2
+  line = _one_line(capsys.readouterr().err)
+  assert name in line and 'Permission denied' in line, line
+
+
+@pytest.mark.parametrize('signum,code', [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_data_import_interrupted_leaves_no_half_written_file(tmp_path, capsys, monkeypatch,
+                                                              signum, code):
+  from fedjax_drift.data import prepare, sources  # pylint: disable=g-import-not-at-top
+  root = _downloads(tmp_path)
+
+  def signalled():
+    signal.raise_signal(signum)
+    time.sleep(2)
+  monkeypatch.setattr(sources.np, 'savez', _partial_then(signalled))
+  assert prepare.main(['import', root]) == code
+  line = _one_line(capsys.readouterr().err)
+  assert 'run the import again' in line, line
+  assert _cache_files() == []
+
+
+def test_full_disk_during_a_checkpoint_is_one_line(tiny_npz, unequal_partition, tmp_path,
+                                                  monkeypatch, capfd):
+  import logging  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  import fedjax_drift  # pylint: disable=g-import-not-at-top
+  from helpers import tiny_config  # pylint: disable=g-import-not-at-top
+
+  def full(self, step, *args, **kwargs):  # what orbax's writer threads do on ENOSPC
+    os.makedirs(os.path.join(self.directory, f'{step}.orbax-checkpoint-tmp'))
+    for _ in range(5):
+      logging.getLogger('absl').error('_SignalingThread.run() raised an exception: '
+                                      'RESOURCE_EXHAUSTED: No space left on device')
+    raise ValueError('RESOURCE_EXHAUSTED: Error writing "d/0" in OCDBT database: Failed to '
+                     "write 307588 bytes to file 17: No space left on device "
+                     "[os_error_code='28']")
+  monkeypatch.setattr(ocp.CheckpointManager, 'save', full)
+  out = tmp_path / 'run'
+  capfd.readouterr()
+  with pytest.raises(fedjax_drift.UserError,
+                     match=r'checkpoint .*checkpoints/1: No space left on device'):
+    fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, rounds=2, out=str(out)),
+                     log=lambda *_: None)
+  assert capfd.readouterr().err == ''
+  assert os.listdir(out / 'checkpoints') == []  # the partial step is gone
+
+
+def test_full_disk_writing_a_result_file_names_it(tmp_path, monkeypatch):
+  import errno  # pylint: disable=g-import-not-at-top
+  import fedjax_drift  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import report  # pylint: disable=g-import-not-at-top
+
+  def full(*_):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+  monkeypatch.setattr(report.os, 'fsync', full)
+  path = tmp_path / 'metrics.csv'
+  with pytest.raises(fedjax_drift.UserError, match=f'{path}: No space left on device'):
+    report.write_csv(str(path), [{'round': 1}])
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_full_disk_on_a_small_tmpfs_then_resume(tmp_path):
+  """A real full disk: --out on a 2 MB tmpfs (needs root to mount; skipped otherwise)."""
+  mount = tmp_path / 'small'
+  mount.mkdir()
+  if subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', str(mount)],
+                    capture_output=True).returncode != 0:
+    pytest.skip('cannot mount a tmpfs here')
+  try:
+    out = mount / 'run'
+    result = cli(*ARGS, '--local_steps=5', '--rounds=8', f'--out={out}')
+    assert result.returncode == 2, result.stderr
+    line = _one_line(result.stderr)
+    assert 'No space left on device' in line and f'{out}/checkpoints/' in line, line
+    assert not [d for d in os.listdir(out / 'checkpoints') if not d.isdigit()]
+    subprocess.run(['mount', '-o', 'remount,size=64m', str(mount)], check=True)
+    resumed = cli('--resume', f'--out={out}', '--progress=false')
+    assert resumed.returncode == 0, resumed.stderr
+    assert (out / 'summary.json').exists()
+  finally:
+    subprocess.run(['umount', '-l', str(mount)], capture_output=True)

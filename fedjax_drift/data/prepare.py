@@ -22,14 +22,18 @@ default ~/.cache/fedjax_drift):
                         split, or the one --dataset=emnist_SPLIT names
   svhn                  train_32x32.mat + test_32x32.mat
 --dataset=NAME names what a single DIR holds, when the folder name does not tell.
-Bad files end with one line naming the file, and exit code 2.
+Bad files, unreadable files and a full disk end with one line naming the file, and exit
+code 2. Ctrl-C (SIGTERM, SIGHUP) ends with one line and exit code 130 (143, 129); each cache
+file is whole or absent, never half-written.
 """
 import argparse
 import os
+import signal
 import sys
 
 import numpy as np
 
+from fedjax_drift import interrupts
 from fedjax_drift.data import downloads, formats, multidomain, sources
 from fedjax_drift.errors import UserError
 
@@ -91,12 +95,8 @@ def save(name, arrays):
     arrays = tuple(arrays[k] for k in four)
   ds = arrays._replace(name=name) if isinstance(arrays, sources.Dataset) else sources.validate(
       name, *arrays)
-  path = sources.imported_path(name)
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f'{path}.tmp{os.getpid()}.npz'
-  np.savez(tmp, x_train=ds.x_train, y_train=ds.y_train, x_test=ds.x_test, y_test=ds.y_test,
-           **_structure_arrays(ds), **extras)
-  os.replace(tmp, path)
+  sources.write_npz(sources.imported_path(name), x_train=ds.x_train, y_train=ds.y_train,
+                    x_test=ds.x_test, y_test=ds.y_test, **_structure_arrays(ds), **extras)
   return ds
 
 
@@ -154,14 +154,23 @@ def main(argv=None):
                    '(domainnet: default 64, FedBN uses 256; digits5: default 28)')
   commands.add_parser('list', help='show which datasets are imported, and where')
   args = parser.parse_args(argv)
-  try:
-    if args.command == 'import':
-      import_dir(args.dir, args.dataset, args.image_size)
-    else:
-      list_imported()
-  except UserError as e:
-    sys.stderr.write(f'error: {e}\n')
-    return 2
+  with interrupts.guard():  # SIGINT, SIGTERM, SIGHUP: one line (interrupts.py)
+    try:
+      if args.command == 'import':
+        import_dir(args.dir, args.dataset, args.image_size)
+      else:
+        list_imported()
+    except UserError as e:
+      sys.stderr.write(f'error: {e}\n')
+      return 2
+    except OSError as e:  # reading DIR (permission, a vanished file); writes are UserErrors
+      sys.stderr.write(f'error: {e.filename or args.dir}: {e.strerror or e}\n')
+      return 2
+    except KeyboardInterrupt as e:  # every cache file is whole or absent (sources.write_npz)
+      sys.stderr.write(f'error: {interrupts.what(getattr(e, "signum", signal.SIGINT))}; '
+                       'datasets imported before it are kept, run the import again for the '
+                       'rest\n')
+      return interrupts.exit_code(e)
   return 0
 
 

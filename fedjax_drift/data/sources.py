@@ -210,11 +210,25 @@ def load_cifar10_jpeg(data_dir, cache=True):
   out = dict(zip(('x_train', 'y_train', 'x_test', 'y_test'), arrays))
   if not cache:
     return arrays
-  os.makedirs(os.path.dirname(cache), exist_ok=True)
-  tmp = cache + f'.tmp{os.getpid()}.npz'
-  np.savez(tmp, **out)
-  os.replace(tmp, cache)
+  write_npz(cache, **out)
   return out['x_train'], out['y_train'], out['x_test'], out['y_test']
+
+
+def write_npz(path, **arrays):
+  """Writes `arrays` to `path` (.npz) through a temporary beside it, renamed into place: an
+  interrupt or a failure leaves no partial file. A failed write (a full disk, no permission)
+  is one UserError naming `path`."""
+  tmp = f'{path}.tmp{os.getpid()}.npz'
+  try:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+  except OSError as e:
+    raise UserError(f'cannot write {path}: {e.strerror or e} (make room, or set '
+                    'FEDJAX_DRIFT_CACHE to a writable folder with room)') from None
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
 
 
 def load_options(config):
