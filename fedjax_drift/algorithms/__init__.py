@@ -214,7 +214,9 @@ def _part(name, c, model, server_data, parts):
   if name == 'rs':
     return fedrs.restricted_softmax(c.rs_alpha)
   if name == 'moon':
-    return moon.contrastive_term(c.moon_mu, c.moon_temperature, model.features)
+    # BatchNorm models: the local z in training mode (batch statistics), the others frozen.
+    train_z = (lambda p, x: model.train_features(p, x)[0]) if model.has_state else None
+    return moon.contrastive_term(c.moon_mu, c.moon_temperature, model.features, train_z)
   if name == 'fedbn':
     fedbn.check_has_norms(model)
     return fedbn.local_norms()

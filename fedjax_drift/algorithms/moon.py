@@ -27,13 +27,19 @@ def cosine(a, b):
   return jnp.sum(a * b, -1) / (_safe_norm(a) * _safe_norm(b))
 
 
-def contrastive_term(mu, temperature, features_fn):
+def contrastive_term(mu, temperature, features_fn, local_features_fn=None):
+  """The MOON loss part. features_fn(params, x) -> (logits, z) in evaluation mode gives the
+  frozen global and previous models' z; local_features_fn (default features_fn) gives the
+  model being trained its z in training mode, as MOON's code runs `net` in train mode and
+  the two others in eval mode (main.py): on BatchNorm models z then uses batch statistics."""
+  local_features_fn = local_features_fn or features_fn
+
   def loss(params, logits, batch, ctx):
     del logits
     state = ctx.state['moon']
     previous = jax.tree.map(lambda p, g: jnp.where(state['seen'], p, g), state['params'],
                             ctx.global_params)
-    z = features_fn(params, batch.x)[1]
+    z = local_features_fn(params, batch.x)[1]
     z_global = jax.lax.stop_gradient(features_fn(ctx.global_params, batch.x)[1])
     z_prev = jax.lax.stop_gradient(features_fn(previous, batch.x)[1])
     pos, neg = cosine(z, z_global) / temperature, cosine(z, z_prev) / temperature
