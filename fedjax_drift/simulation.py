@@ -83,7 +83,7 @@ def _run(config, log):
           else contextlib.nullcontext()):
       log(f'fedjax-drift: {config.algo}, {len(runs)} run(s): loading data and compiling...')
       fingerprint = inputs.fingerprint(config)  # of the bytes read: taken before, checked after
-      study = distributed.place(build(config, runs))  # global arrays over processes, if any
+      study = distributed.place(build(config, runs, _preflight(config, runs)))
       inputs.check_unchanged(fingerprint, run_dir, while_reading=True)
       interrupts.check()
       with interrupts.deferred():  # Ctrl-C while XLA compiles can crash the process
@@ -153,16 +153,33 @@ def _compile(study: Study) -> Compiled:
                                 distributed.segment_shardings(study)).lower(
       study.state, study.data, study.inputs, jnp.int32(1)).compile()
   compile_s = time.perf_counter() - t
-  need, available = estimated_memory(segment), _available_memory()
+  need = estimated_memory(segment)
+  _check_memory(cfg, need, f'XLA\'s estimate for one segment of {len(study.runs)} run(s)',
+                f'lower --run_chunk, --cohort_chunk (now {study.experiments[0].chunk}), '
+                '--clients_per_round or --batch_size')
+  return Compiled(segment, _make_evaluator(study), compile_s, need)
+
+
+def _check_memory(cfg, need, what, advice):
+  """Refuses `need` bytes over --memory_budget_gb, or over 90% of what this process may use
+  (_available_memory: the device's limit, or the host's, cgroup and `ulimit -v` included)."""
+  available = _available_memory()
   budget = cfg.memory_budget_gb * 1e9 or 0.9 * available
   if budget and need > budget:
     where = (f'--memory_budget_gb={cfg.memory_budget_gb:g}' if cfg.memory_budget_gb
-             else f'90% of the {available / 1e9:.1f} GB available')
-    raise UserError(f'this run needs about {need / 1e9:.2f} GB (XLA\'s estimate for one '
-                    f'segment of {len(study.runs)} run(s)), over {where}; lower --run_chunk, '
-                    f'--cohort_chunk (now {study.experiments[0].chunk}), '
-                    '--clients_per_round or --batch_size')
-  return Compiled(segment, _make_evaluator(study), compile_s, need)
+             else f'90% of the {available / 1e9:.1f} GB this process may use')
+    size = f'{need / 1e9:.2f} GB' if need >= 1e7 else f'{need / 1e6:.3f} MB'
+    raise UserError(f'this run needs about {size} ({what}), over {where}; {advice}')
+
+
+def _preflight(cfg, runs):
+  """study.build's check before it builds any state on the device: the data and every run's
+  state and client tables, from their shapes (study.device_bytes)."""
+  def check(need):
+    _check_memory(cfg, need, f'data plus the state and client tables of {len(runs)} run(s), '
+                  'from their shapes, before compiling', 'fewer --seeds or --grid points, '
+                  'fewer --num_clients, or a smaller --model')
+  return check
 
 
 def _make_evaluator(study):
@@ -716,18 +733,10 @@ def estimated_memory(compiled):
 
 def _available_memory():
   """Bytes one device may use: the accelerator's own limit where it reports one (GPU, TPU),
-  else what the OS reports available (Linux; XLA:CPU uses host memory), or 0 when unknown."""
-  device = hardware.device_memory_bytes()
-  if device:
-    return device
-  try:
-    with open('/proc/meminfo') as f:
-      for line in f:
-        if line.startswith('MemAvailable:'):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  return 0
+  else what this process may still allocate on the host (XLA:CPU uses host memory: the OS's
+  available memory, the cgroup limit and `ulimit -v`; hardware.host_memory_available), or 0
+  when unknown."""
+  return hardware.device_memory_bytes() or hardware.host_memory_available()
 
 
 RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out') + \

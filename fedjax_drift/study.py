@@ -272,12 +272,32 @@ def _stack_tables(tables):
                             label_hist=jnp.stack([t.label_hist for t in tables]))
 
 
-def build(config: Config, runs=None) -> Study:
-  """Every run of `config` (see `plan`), stacked and ready to compile."""
+def device_bytes(runs, shared, width) -> int:
+  """Bytes a study of `runs` holds on the device before its first round, from shapes alone
+  (jax.eval_shape of the first run's set-up: nothing is allocated): the data once, and per run
+  (padded to a multiple of `width`) its state and client tables twice, as the run's own and
+  in the stacked copy (Study keeps both)."""
+  state, tables = jax.eval_shape(
+      lambda: (lambda e: (e.state, e.data._replace(x=(), y=())))(
+          _build_run(runs[0].config, shared)))
+  ds = shared.dataset
+  data = sum(int(np.asarray(a).nbytes) for a in (ds.y_train, ds.x_test, ds.y_test))
+  padded = len(runs) + (-len(runs) % width)
+  return int(shared.x.nbytes + data
+             + 2 * padded * (federated.nbytes(state) + federated.nbytes(tables)))
+
+
+def build(config: Config, runs=None, preflight=None) -> Study:
+  """Every run of `config` (see `plan`), stacked and ready to compile.
+
+  preflight: called with `device_bytes` once the data is loaded, before any run's state is
+  built; it may raise (simulation's memory check)."""
   runs = runs or plan(config)
   shared = _load(config)
-  experiments = [_build_run(spec.config, shared) for spec in runs]
   width = min(config.run_chunk or len(runs), len(runs))
+  if preflight is not None:
+    preflight(device_bytes(runs, shared, width))
+  experiments = [_build_run(spec.config, shared) for spec in runs]
   padded = experiments + [experiments[-1]] * (-len(runs) % width)  # equal groups
   traced = tuple(n for n in GRIDABLE if len({getattr(s.config, n) for s in runs}) > 1)
   inputs = {'hp': {n: jnp.asarray([getattr(e.config, n) for e in padded], jnp.float32)
