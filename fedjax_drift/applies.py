@@ -36,6 +36,7 @@ PART_READS = {
     'rs': ('rs_alpha',),
     'moon': ('moon_mu', 'moon_temperature'),
     'fedbn': (),
+    'feddistill': ('distill_lambda', 'kd_temperature', 'kd_tau2'),
     'attention': ('attention_similarity', 'attention_temperature'),  # every attention_* aggregator
     'projection': ('moon_projection_dim', 'projection_hidden'),  # MOON, FedGKD+: the head
 }

@@ -141,12 +141,13 @@ class Config:
   phi: float = _f(0.9, 'FedADC double momentum: local EMA coefficient', group='algorithm')
   kd_lambda: float = _f(0.35, 'FedADC+ self-confidence distillation weight lambda',
                         group='algorithm')
-  kd_tau2: bool = _f(False, 'multiply every KL distillation term (FedGKD*, FedADC+, FedNTD) '
-                     'by tau^2, as the FedGKD, CS-KD and FedNTD code do', group='algorithm')
+  kd_tau2: bool = _f(False, 'multiply every KL distillation term (FedGKD*, FedADC+, FedNTD, '
+                     'FedDistill+) by tau^2, as the FedGKD, CS-KD and FedNTD code do',
+                     group='algorithm')
   gkd_loss: str = _f('kl', 'FedGKD distillation term: kl, or mse = mean squared difference of '
                      'the logits (FedGKD Table 9)', ('kl', 'mse'), group='algorithm')
-  kd_temperature: float = _f(1.0, 'distillation temperature tau (FedADC+, FedGKD)',
-                             group='algorithm')
+  kd_temperature: float = _f(1.0, 'distillation temperature tau (FedADC+, FedGKD, '
+                             'FedDistill+)', group='algorithm')
   for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)', group='algorithm')
   for_scale: str = _f('paper', 'FedFOR term scale: paper = alpha / lr (eq. 7), per_step = '
                       'alpha / (lr H_i) with H_i the client\'s local steps',
@@ -168,6 +169,9 @@ class Config:
   prox_mu: float = _f(0.01, 'FedProx mu', group='algorithm')
   dyn_alpha: float = _f(0.01, 'FedDyn alpha', group='algorithm')
   curv_lambda: float = _f(0.01, 'FedCurv lambda', group='algorithm')
+  distill_lambda: float = _f(1.0, 'FedDistill+ weight lambda of the KL to the global '
+                             'per-label logits (1 = the FedGen code; 0 = FedAvg)',
+                             group='algorithm')
   ntd_beta: float = _f(0.3, 'FedNTD beta', group='algorithm')
   ntd_temperature: float = _f(1.0, 'FedNTD temperature tau', group='algorithm')
   rs_alpha: float = _f(0.5, 'FedRS: scale of absent classes\' logits (1 = FedAvg)',
@@ -302,7 +306,7 @@ class Config:
       if not (value == -1 or 0 <= value <= 1):
         raise UserError(f'--{name}={value} must be in [0, 1] (or -1 for --beta)')
     for name in ('for_alpha', 'gkd_gamma', 'vote_lambda', 'igfl_group', 'prox_mu', 'dyn_alpha',
-                 'curv_lambda', 'ntd_beta', 'moon_mu'):
+                 'curv_lambda', 'ntd_beta', 'moon_mu', 'distill_lambda'):
       value = getattr(self, name)
       if not (math.isfinite(value) and value >= 0):
         raise UserError(f'--{name}={value} must be a finite number >= 0')
@@ -426,7 +430,8 @@ def from_dict(values: dict, base: Optional[Config] = None) -> Config:
 # compilation and stays one value per sweep. See study.py.
 GRIDABLE = ('lr', 'server_lr', 'beta', 'beta_local', 'beta_global', 'phi', 'kd_lambda',
             'kd_temperature', 'for_alpha', 'gkd_gamma', 'vote_lambda', 'attention_temperature',
-            'igfl_group', 'prox_mu', 'dyn_alpha', 'curv_lambda', 'ntd_beta', 'ntd_temperature',
+            'igfl_group', 'prox_mu', 'dyn_alpha', 'curv_lambda', 'distill_lambda', 'ntd_beta',
+            'ntd_temperature',
             'rs_alpha', 'moon_mu', 'moon_temperature', 'server_tau', 'server_beta1',
             'server_beta2', 'local_momentum', 'weight_decay')
 

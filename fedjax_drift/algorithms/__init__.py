@@ -11,8 +11,11 @@ optimizer and --server_momentum puts SlowMo momentum on an averaging server.
 import dataclasses
 from typing import NamedTuple
 
-from fedjax_drift.algorithms import (fedadc, fedbn, fedcurv, feddyn, fedfor, fedgkd, fedntd,
-                                     fedprox,
+import jax
+import jax.numpy as jnp
+
+from fedjax_drift.algorithms import (fedadc, fedbn, fedcurv, feddistill, feddyn, fedfor,
+                                     fedgkd, fedntd, fedprox,
                                      fedrs, igfl, local, moon, scaffold,
                                      server_optimizers)
 from fedjax_drift.algorithms.parts import compose
@@ -62,6 +65,11 @@ RECIPES = {
     'fedgkd_plus': Recipe(('gkd',), weighting_source='FedGKD paper, Alg. 1 l.14',
                           summary='FedGKD with a projection head before the output layer '
                           '(FedGKD paper, §5.1 "FedGKD+")', projection=True),
+    'feddistill_plus': Recipe(('feddistill',),
+                              weighting_source='FedGen code, serverbase.aggregate_parameters: '
+                              'n_k/n over the selected users',
+                              summary='per-label logit distillation + parameter averaging '
+                              '(FedGen paper, §5 "FedDistill+")'),
     'igfl_c': Recipe(('igfl_c',), weighting='uniform',
                      weighting_source='IGFL paper, Alg. 3 l.1, l.7',
                      summary='group-aware local steps'),
@@ -104,7 +112,7 @@ RECIPES = {
 }
 NAMES = tuple(RECIPES)
 LOCAL_TERMS = ('fedadc', 'self_kd', 'for', 'gkd', 'gkd_vote', 'igfl_c', 'prox', 'scaffold',
-               'dyn', 'curv', 'curv_stateless', 'ntd', 'rs', 'moon', 'fedbn')
+               'dyn', 'curv', 'curv_stateless', 'ntd', 'rs', 'moon', 'fedbn', 'feddistill')
 AGGREGATORS = ('mean',) + tuple(f'attention_{kind}' for kind in igfl.ATTENTIONS)
 SERVER_OPTIMIZERS = ('avg', 'slowmo', 'adam', 'yogi', 'adagrad')
 
@@ -197,6 +205,9 @@ def _part(name, c, model, server_data, parts):
     return fedgkd.vote_distillation(c.vote_lambda, c.gkd_buffer, c.kd_temperature,
                                     model.apply, server_data['x_val'], server_data['y_val'],
                                     c.gkd_loss, c.kd_tau2)
+  if name == 'feddistill':
+    return feddistill.label_distillation(c.distill_lambda, c.kd_temperature,
+                                         _num_classes(model), c.kd_tau2)
   if name == 'igfl_c':
     return igfl.group_correction(c.igfl_group)
   if name == 'prox':
@@ -224,6 +235,13 @@ def _part(name, c, model, server_data, parts):
     return igfl.attention(name[len('attention_'):], c.attention_similarity,
                           c.attention_temperature, 'igfl_c' if 'igfl_c' in parts else None)
   raise AssertionError(name)
+
+
+def _num_classes(model):
+  """C, the width of the model's logits (from shapes only; nothing is computed)."""
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+  x = jax.ShapeDtypeStruct((1,) + tuple(model.input_shape), jnp.float32)
+  return int(jax.eval_shape(model.apply, params, x).shape[-1])
 
 
 def _server_optimizer(server, c):
