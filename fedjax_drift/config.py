@@ -217,8 +217,10 @@ class Config:
   conv_impl: str = _f('auto', 'how convolutions are computed: im2col (patches + GEMM) or lax '
                       '(lax.conv_general_dilated: cuDNN, TPU); auto = im2col on CPU, lax on '
                       'GPU/TPU', ('auto', 'im2col', 'lax'), group='model')
-  memory_budget_gb: float = _f(0.0, 'refuse to start if XLA estimates one segment needs more '
-                               'than this (0 = 90% of the memory available now)', group='run')
+  memory_budget_gb: float = _f(0.0, 'refuse to start if the data and state (checked from '
+                               'shapes before building) or XLA\'s estimate for one segment need '
+                               'more than this (0 = 90% of what this process may use now: free '
+                               'memory, cgroup limit, ulimit -v)', group='run')
   seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program', group='run')
   grid: str = _f('', "sweep float hyperparameters in the same program, e.g. "
                  "'lr:0.01,0.05;beta:0.8,0.9' with slowmo (the cartesian product; an axis "
