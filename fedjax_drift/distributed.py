@@ -15,8 +15,10 @@ then gathers and scatters the cohort's rows across processes (XLA partitions it)
 Process 0 writes the run directory (`is_writer`); every process runs the loop and takes part
 in checkpoints (orbax writes each process's rows). The engine knows nothing of this.
 """
+import contextlib
 import dataclasses
 import os
+import threading
 import warnings
 
 import jax
@@ -25,6 +27,12 @@ import numpy as np
 from fedjax_drift.errors import UserError
 
 LAUNCH_FLAGS = ('distributed', 'coordinator_address', 'num_processes', 'process_id')
+# Bounds passed to jax.distributed.initialize where the installed jax takes them (README
+# "More processes and machines"): a peer that never arrives ends start-up after INIT_TIMEOUT_S;
+# a peer that stops answering is noticed within HEARTBEAT_S; leaving waits SHUTDOWN_S at most.
+INIT_TIMEOUT_S, HEARTBEAT_S, SHUTDOWN_S = 60, 30, 30
+AGREE_TIMEOUT_S = 60  # how long a process waits for the others' flags
+_agreements = [0]     # calls of agree() in this process (a fresh key each time)
 
 
 def _given(config) -> dict:
@@ -86,7 +94,8 @@ def setup(config, log=print):
     if jax.config.jax_cpu_collectives_implementation in (None, '', 'none'):
       jax.config.update('jax_cpu_collectives_implementation', 'gloo')  # CPU all-reduce
     try:
-      jax.distributed.initialize(**_given(config))
+      with _joined_within(INIT_TIMEOUT_S, config):
+        jax.distributed.initialize(**_given(config), **_bounds())
     except (RuntimeError, ValueError) as e:
       first = (str(e).strip().splitlines() or [type(e).__name__])[0]
       raise UserError(f'jax.distributed.initialize failed: {first}') from None
@@ -99,10 +108,85 @@ def setup(config, log=print):
   if config.devices not in (1, total):
     raise UserError(f'--devices={config.devices}: a multi-process run splits the cohort over '
                     f'all {total} global devices; pass --devices={total} or leave it out')
+  agree(config)
   if is_writer():
     log(f'distributed: {jax.process_count()} processes, {total} global devices '
         f'({jax.local_device_count()} on this process, process {jax.process_index()})')
   return dataclasses.replace(config, devices=total)
+
+
+@contextlib.contextmanager
+def _joined_within(seconds, config):
+  """Ends the process with one line (exit code 2) if the block, jax.distributed.initialize,
+  has not returned after `seconds`. JAX's own limit (set a little later) aborts the process
+  from C++ with a stack trace instead of raising."""
+  line = (f'error: not every one of the {config.num_processes or "detected"} processes joined '
+          f'{config.coordinator_address or "the coordinator"} within {seconds}s (a missing '
+          'peer, a duplicate --process_id, or a wrong --coordinator_address)\n')
+
+  def give_up():
+    os.write(2, line.encode())
+    os._exit(2)  # pylint: disable=protected-access
+  timer = threading.Timer(seconds, give_up)
+  timer.daemon = True
+  timer.start()
+  try:
+    yield
+  finally:
+    timer.cancel()
+
+
+def _bounds() -> dict:
+  """The time limits of jax.distributed.initialize that this jax accepts."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  accepted = inspect.signature(jax.distributed.initialize).parameters
+  wanted_bounds = {'initialization_timeout': INIT_TIMEOUT_S + 15,  # ours acts first
+                   'heartbeat_timeout_seconds': HEARTBEAT_S,
+                   'shutdown_timeout_seconds': SHUTDOWN_S}
+  return {k: v for k, v in wanted_bounds.items() if k in accepted}
+
+
+def _flags(config) -> dict:
+  """What must be equal on every process: every flag but --process_id, --out absolute."""
+  flags = {k: v for k, v in dataclasses.asdict(config).items() if k != 'process_id'}
+  flags['out'] = os.path.abspath(config.out) if config.out else ''
+  return flags
+
+
+def first_difference(mine: dict, theirs: dict):
+  """The first flag (in Config order) whose values differ, or None."""
+  return next((k for k in mine if mine[k] != theirs.get(k)), None)
+
+
+def agree(config):
+  """Every process publishes its flags in jax.distributed's key-value store and compares
+  them with every other process's; a difference is one UserError, on every process, naming
+  the flag (a run whose processes disagree would train another model than config.json says).
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  from jax._src import distributed as jax_distributed  # pylint: disable=g-import-not-at-top
+  client = jax_distributed.global_state.client
+  if client is None:
+    return
+  _agreements[0] += 1
+  prefix, me = f'fedjax_drift/flags/{_agreements[0]}/', jax.process_index()
+  text = json.dumps(_flags(config), default=str)
+  mine = json.loads(text)  # as the others read it
+  client.key_value_set(prefix + str(me), text)
+  for other in range(jax.process_count()):
+    if other == me:
+      continue
+    try:
+      theirs = json.loads(client.blocking_key_value_get(prefix + str(other),
+                                                        AGREE_TIMEOUT_S * 1000))
+    except Exception:  # pylint: disable=broad-except
+      raise UserError(f'process {other} did not report its flags within {AGREE_TIMEOUT_S}s '
+                      '(it stopped, or runs another version)') from None
+    name = first_difference(mine, theirs)
+    if name is not None:
+      raise UserError(f'--{name} differs between processes ({mine[name]!r} on process {me}, '
+                      f'{theirs.get(name)!r} on process {other}); every process of a run '
+                      'needs the same flags except --process_id')
 
 
 def active() -> bool:

@@ -167,3 +167,67 @@ def test_launch_flags_checked_and_off_by_default(monkeypatch):
                     (dict(num_processes=-1), 'must be >= 1')):
     with pytest.raises(fedjax_drift.UserError, match=says):
       distributed.wanted(fedjax_drift.Config(**bad))
+
+
+def _cli_pair(tiny_npz, parts, out, extra=((), ()), timeout=300):
+  """Two command-line processes of one run; extra: flags for process 0 and for process 1.
+  Returns [(returncode, stderr, seconds)]."""
+  import time  # pylint: disable=g-import-not-at-top
+  port = str(_free_port())
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  common = [f'--dataset=npz:{tiny_npz}', f'--partition=file:{parts}', '--model=logreg',
+            '--num_clients=4', '--clients_per_round=4', '--rounds=2', '--progress=false',
+            f'--coordinator_address=localhost:{port}', '--num_processes=2']
+  start = time.time()
+  procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'experiments', 'run.py'),
+                             *common, f'--process_id={i}', f'--out={out}', *extra[i]],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env) for i in range(2)]
+  results = []
+  try:
+    for p in procs:
+      _, err = p.communicate(timeout=timeout)
+      results.append((p.returncode, err, time.time() - start))
+  finally:
+    for p in procs:  # only ours, by handle
+      if p.poll() is None:
+        p.kill()
+        p.communicate()
+  return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('flag', ['--lr=0.5', '--out=OTHER'])
+def test_processes_with_different_flags_refuse_on_every_process(tiny_npz, unequal_partition,
+                                                                tmp_path, flag):
+  """--lr (or --out) given to one process only: both refuse in one line naming it, and
+  nothing is trained."""
+  out = tmp_path / 'run'
+  flag = flag.replace('OTHER', str(tmp_path / 'other'))
+  for code, err, _ in _cli_pair(tiny_npz, unequal_partition, out, ((), (flag,))):
+    lines = err.strip().splitlines()
+    name = flag.split('=')[0]
+    assert code == 2 and len(lines) == 1 and f'{name} differs between processes' in lines[0], err
+  assert not (out / 'summary.json').exists()
+
+
+@pytest.mark.slow
+def test_a_missing_peer_ends_start_up_within_the_bound(tiny_npz, unequal_partition, tmp_path):
+  """Only process 0 of 2 starts: one line, exit 2, after distributed.INIT_TIMEOUT_S."""
+  import time  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  start = time.time()
+  result = subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'experiments', 'run.py'),
+       f'--dataset=npz:{tiny_npz}', f'--partition=file:{unequal_partition}', '--model=logreg',
+       '--num_clients=4', '--clients_per_round=4', '--rounds=1', '--progress=false',
+       f'--coordinator_address=localhost:{_free_port()}', '--num_processes=2',
+       '--process_id=0', f'--out={tmp_path / "run"}'],
+      capture_output=True, text=True, env=env, timeout=distributed.INIT_TIMEOUT_S + 120)
+  took = time.time() - start
+  lines = result.stderr.strip().splitlines()
+  assert result.returncode == 2 and len(lines) == 1 and 'joined' in lines[0], result.stderr
+  assert distributed.INIT_TIMEOUT_S <= took <= distributed.INIT_TIMEOUT_S + 60
