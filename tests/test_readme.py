@@ -223,3 +223,30 @@ def test_nothing_points_outside_the_repository():
           if needle in f.read():
             offenders.append(os.path.relpath(os.path.join(dirpath, name), ROOT))
   assert not offenders, offenders
+
+
+def test_first_run_figures_are_the_newest_measurement():
+  """The README's first-run paragraph quotes benchmarks/results/first-run-*.json (newest):
+  accuracies, the round reaching 70%, and the ranges of wall, compile and training time."""
+  import glob  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  newest = sorted(glob.glob(os.path.join(ROOT, 'benchmarks', 'results', 'first-run-*.json')))[-1]
+  with open(newest) as f:
+    reps = json.load(f)['repetitions']
+  text = ' '.join(_readme().split())
+  assert os.path.basename(newest) in text
+  m = re.search(r'reached ([\d.]+)% final test accuracy \(best ([\d.]+)%\), first reaching '
+                r'70% at round (\d+)', text)
+  assert m, 'first-run sentence not found'
+  for rep in reps:
+    assert f'{100 * rep["final_accuracy"]:.1f}' == m.group(1)
+    assert f'{100 * rep["best_accuracy"]:.1f}' == m.group(2)
+    assert rep['rounds_to_target'] == int(m.group(3))
+
+  def span(key, digits):
+    values = [round(r[key], digits) for r in reps]
+    lo, hi = (f'{v:.{digits}f}' for v in (min(values), max(values)))
+    return lo if lo == hi else f'{lo}-{hi}'
+  assert f'It took {span("wall_s", 0)} s of wall time' in text
+  assert f'{span("compile_s", 1)} s of compilation and {span("train_s", 0)} s of training' in text
+  assert f'Peak RSS was {max(r["peak_rss_gb"] for r in reps):.1f} GB' in text
