@@ -313,11 +313,12 @@ def _log_header(study, compiled, run_dir, log):
       text = ', '.join(f'{v:.4f}' for v in values[:4])
       return text if len(values) <= 4 else f'{text}, ... ({len(values)} channels)'
 
-    log('inputs: ' + '; '.join(
-        [f'--augment={pipe.augment}'] * (pipe.augment != 'none')
-        + [f'normalised with mean {short(norm["mean"])} and std {short(norm["std"])}']
-        * (norm is not None)
-        + ['a dropout key per local step'] * pipe.dropout))
+    parts = [f'--augment={pipe.augment}'] if pipe.augment != 'none' else []
+    if norm is not None:  # augmentation alone has no statistics to show
+      parts.append(f'normalised with mean {short(norm["mean"])} and std {short(norm["std"])}')
+    if pipe.dropout:
+      parts.append('a dropout key per local step')
+    log('inputs: ' + '; '.join(parts))
   ev = compiled.evaluate
   if ev.protocol == 'fedbn' or ev.columns:
     log(f'evaluation: --eval_protocol={ev.protocol} ('

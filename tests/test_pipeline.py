@@ -507,3 +507,15 @@ def test_resume_with_augmentation_is_bit_identical(images, tmp_path):
   fedjax_drift.resume(str(tmp_path / 'b'), rounds=6, **QUIET)
   assert _rows(tmp_path / 'a' / 'rounds.csv') == _rows(tmp_path / 'b' / 'rounds.csv')
   assert _rows(tmp_path / 'a' / 'metrics.csv') == _rows(tmp_path / 'b' / 'metrics.csv')
+
+
+@pytest.mark.parametrize('normalize', ['none', 'per_channel'])
+def test_run_header_names_the_pipeline(images, tmp_path, normalize):
+  """The run's header line names what the inputs go through; augmentation alone (no
+  statistics to show) crashed the header before (found by running --augment=crop_flip)."""
+  lines = []
+  fedjax_drift.run(_run_config(images, tmp_path / 'run', rounds=1, eval_every=1,
+                               normalize=normalize), log=lines.append)
+  header = [line for line in lines if line.startswith('inputs: ')]
+  assert len(header) == 1 and '--augment=crop_flip' in header[0]
+  assert ('normalised with mean' in header[0]) == (normalize == 'per_channel')
