@@ -3,7 +3,6 @@
 Inputs arrive as float32 (uint8 images already scaled to [0, 1]). Convolutional models take
 NHWC images; dense models flatten whatever they get.
 """
-import functools
 import inspect
 from typing import Any, Sequence, Tuple
 
@@ -151,6 +150,15 @@ def _norm(kind, name, channels, train, groups=0, group_size=0):
   return _group_norm(name, channels)
 
 
+def _norm_maker(module, train):
+  """norm(suffix, channels) -> the norm layer `module` uses (its fields norm, gn_groups,
+  gn_group_size; see `_norm`), named 'bn<suffix>' for BatchNorm and 'gn<suffix>' otherwise:
+  FedBN finds norm layers by the 'bn' prefix."""
+  prefix = 'bn' if module.norm == 'bn' else 'gn'
+  return lambda suffix, channels: _norm(module.norm, f'{prefix}{suffix}', channels, train,
+                                        module.gn_groups, module.gn_group_size)
+
+
 def _pad_shortcut(x, features, stride):
   """He et al.'s option A: identity, subsampled by the stride, zero-padded to `features`."""
   x = x[:, ::stride, ::stride, :]
@@ -175,22 +183,20 @@ class BasicBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x, train=False):
-    prefix = 'bn' if self.norm == 'bn' else 'gn'  # FedBN finds norm layers by the 'bn' prefix
-    norm = functools.partial(_norm, self.norm, train=train, groups=self.gn_groups,
-                             group_size=self.gn_group_size)
+    norm = _norm_maker(self, train)
     y = Conv(self.features, 3, use_bias=False, name='conv1')(x)
     if self.stride == 2:
       y = y[:, ::2, ::2, :]
-    y = nn.relu(norm(f'{prefix}1', self.features)(y))
+    y = nn.relu(norm('1', self.features)(y))
     y = Conv(self.features, 3, use_bias=False, name='conv2')(y)
-    y = norm(f'{prefix}2', self.features)(y)
+    y = norm('2', self.features)(y)
     if self.stride != 1 or x.shape[-1] != self.features:
       if self.shortcut == 'pad':
         x = _pad_shortcut(x, self.features, self.stride)
       else:
         x = Conv(self.features, 1, use_bias=False, name='shortcut')(
             x[:, ::self.stride, ::self.stride, :])
-        x = norm(f'{prefix}_shortcut', self.features)(x)
+        x = norm('_shortcut', self.features)(x)
     return nn.relu(x + y)
 
 
@@ -211,10 +217,8 @@ class ResNet(nn.Module):
 
   @nn.compact
   def __call__(self, x, return_features=False, train=False):
-    prefix = 'bn' if self.norm == 'bn' else 'gn'
     x = Conv(self.widths[0], 3, use_bias=False, name='stem')(x)
-    x = nn.relu(_norm(self.norm, f'{prefix}_stem', self.widths[0], train, self.gn_groups,
-                      self.gn_group_size)(x))
+    x = nn.relu(_norm_maker(self, train)('_stem', self.widths[0])(x))
     for s, (blocks, width) in enumerate(zip(self.stage_sizes, self.widths)):
       for b in range(blocks):
         x = BasicBlock(width, 2 if (b == 0 and s > 0) else 1, self.norm, self.shortcut,
@@ -499,23 +503,21 @@ class Bottleneck(nn.Module):
 
   @nn.compact
   def __call__(self, x, train=False):
-    prefix = 'bn' if self.norm == 'bn' else 'gn'  # FedBN finds norm layers by the 'bn' prefix
-    norm = functools.partial(_norm, self.norm, train=train, groups=self.gn_groups,
-                             group_size=self.gn_group_size)
+    norm = _norm_maker(self, train)
     out, init = 4 * self.features, _FAN_OUT_NORMAL
     y = Conv(self.features, 1, use_bias=False, kernel_init=init, name='conv1')(x)
-    y = nn.relu(norm(f'{prefix}1', self.features)(y))
+    y = nn.relu(norm('1', self.features)(y))
     if self.stride == 1:
       y = Conv(self.features, 3, use_bias=False, kernel_init=init, name='conv2')(y)
     else:
       y = StridedConv(self.features, 3, self.stride, 1, use_bias=False, kernel_init=init,
                       name='conv2')(y)
-    y = nn.relu(norm(f'{prefix}2', self.features)(y))
-    y = norm(f'{prefix}3', out)(Conv(out, 1, use_bias=False, kernel_init=init, name='conv3')(y))
+    y = nn.relu(norm('2', self.features)(y))
+    y = norm('3', out)(Conv(out, 1, use_bias=False, kernel_init=init, name='conv3')(y))
     if self.stride != 1 or x.shape[-1] != out:
       x = x[:, ::self.stride, ::self.stride, :]  # a strided 1x1 conv reads these positions
       x = Conv(out, 1, use_bias=False, kernel_init=init, name='shortcut')(x)
-      x = norm(f'{prefix}_shortcut', out)(x)
+      x = norm('_shortcut', out)(x)
     return nn.relu(x + y)
 
 
@@ -538,10 +540,8 @@ class ResNet50(nn.Module):
 
   @nn.compact
   def __call__(self, x, return_features=False, train=False):
-    prefix = 'bn' if self.norm == 'bn' else 'gn'
     x = Conv(64, 3, use_bias=False, kernel_init=_FAN_OUT_NORMAL, name='stem')(x)
-    x = nn.relu(_norm(self.norm, f'{prefix}_stem', 64, train, self.gn_groups,
-                      self.gn_group_size)(x))
+    x = nn.relu(_norm_maker(self, train)('_stem', 64)(x))
     for s, (blocks, width) in enumerate(zip(self.stage_sizes, (64, 128, 256, 512))):
       for b in range(blocks):
         x = Bottleneck(width, 2 if (b == 0 and s > 0) else 1, self.norm, self.gn_groups,
