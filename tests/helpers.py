@@ -1,5 +1,6 @@
 """Shared test helpers: build an experiment on the tiny problem and replay its batches."""
 import functools
+import os
 
 import jax
 import numpy as np
@@ -53,3 +54,13 @@ def run_rounds(exp, rounds):
   for _ in range(rounds):
     state = step(state, exp.data)[0]
   return state
+
+
+def evaluated_rounds(run_dir):
+  """How many rounds after round 0 a run directory's metrics.csv holds (0 while absent):
+  how far a CLI run started by a test has got, before the test signals or kills it."""
+  path = os.path.join(run_dir, 'metrics.csv')
+  if not os.path.exists(path):
+    return 0
+  with open(path) as f:
+    return max(0, sum(1 for _ in f) - 2)

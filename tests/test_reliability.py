@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from helpers import tiny_config
+from helpers import evaluated_rounds, tiny_config
 from test_cli import RUN, cli
 
 ARGS = ['--model=mlp', '--local_steps=40', '--local_epochs=0', '--batch_size=32', '--rounds=16',
@@ -24,14 +24,6 @@ def _rows(path, drop=('elapsed_s',)):
     return [{k: v for k, v in row.items() if k not in drop} for row in csv.DictReader(f)]
 
 
-def _evaluated_rounds(run_dir):
-  path = os.path.join(run_dir, 'metrics.csv')
-  if not os.path.exists(path):
-    return 0
-  with open(path) as f:
-    return max(0, sum(1 for _ in f) - 2)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize('kill_after', [5])
 def test_kill_9_and_resume_is_bit_identical(tmp_path, kill_after):
@@ -41,7 +33,7 @@ def test_kill_9_and_resume_is_bit_identical(tmp_path, kill_after):
   proc = subprocess.Popen([sys.executable, RUN, *ARGS, f'--out={killed}'],
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 300
-  while _evaluated_rounds(killed) < kill_after and proc.poll() is None and time.time() < deadline:
+  while evaluated_rounds(killed) < kill_after and proc.poll() is None and time.time() < deadline:
     time.sleep(0.02)
   assert proc.poll() is None, 'the run finished before it could be killed'
   os.kill(proc.pid, signal.SIGKILL)
@@ -316,7 +308,7 @@ def test_12_9_sigint_one_line_exit_130_nothing_half_written(tmp_path, moment):
   if moment == 'compiling':  # the run directory exists once the lock is taken, before compiling
     _wait_for(proc, lambda: out.exists())
   else:
-    _wait_for(proc, lambda: _evaluated_rounds(out) >= 3)
+    _wait_for(proc, lambda: evaluated_rounds(out) >= 3)
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=120)
   assert proc.returncode == 130, err

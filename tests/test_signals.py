@@ -10,6 +10,7 @@ import time
 import pytest
 
 from fedjax_drift import interrupts
+from helpers import evaluated_rounds
 from test_cli import RUN, cli
 
 ARGS = ['--model=mlp', '--local_steps=40', '--local_epochs=0', '--batch_size=32',
@@ -57,14 +58,6 @@ def _wait_for(proc, predicate, timeout=300):
   while not predicate() and proc.poll() is None and time.time() < deadline:
     time.sleep(0.01)
   assert proc.poll() is None, 'the run ended before it could be signalled'
-
-
-def _evaluated_rounds(run_dir):
-  path = os.path.join(run_dir, 'metrics.csv')
-  if not os.path.exists(path):
-    return 0
-  with open(path) as f:
-    return max(0, sum(1 for _ in f) - 2)
 
 
 def _one_line(err):
@@ -209,7 +202,7 @@ def test_sigterm_and_sighup_leave_a_resumable_run(tmp_path, signum, code):
   proc = subprocess.Popen([sys.executable, RUN, *ARGS, '--rounds=2000', f'--out={out}'],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   try:
-    _wait_for(proc, lambda: _evaluated_rounds(out) >= 3)
+    _wait_for(proc, lambda: evaluated_rounds(out) >= 3)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=HARD_EXIT_S + SLACK_S)
   finally:
@@ -217,10 +210,10 @@ def test_sigterm_and_sighup_leave_a_resumable_run(tmp_path, signum, code):
   assert proc.returncode == code, err
   line = _one_line(err)
   assert signal.Signals(signum).name in line and f'--resume --out={out}' in line, line
-  done = _evaluated_rounds(out)
+  done = evaluated_rounds(out)
   resumed = cli('--resume', f'--out={out}', f'--rounds={done + 2}', '--progress=false')
   assert resumed.returncode == 0, resumed.stderr
-  assert _evaluated_rounds(out) == done + 2
+  assert evaluated_rounds(out) == done + 2
 
 
 # Issue 24 item 6: the data import and a full disk.
