@@ -156,6 +156,10 @@ class Config:
                         group='algorithm')
   gkd_buffer: int = _f(5, 'FedGKD / FedGKD-Vote: number M of past global models kept',
                        group='algorithm')
+  gkd_buffer_start: str = _f('initial', 'FedGKD buffer before round 1: initial = holds w_0 '
+                             '(the paper), aggregated = empty, no distillation in round 1 '
+                             '(the authors\' code)', ('initial', 'aggregated'),
+                             group='algorithm')
   vote_lambda: float = _f(0.1, 'FedGKD-Vote scale lambda', group='algorithm')
   vote_val_size: int = _f(500, 'FedGKD-Vote: training examples held out for server validation',
                           group='algorithm')

@@ -266,12 +266,21 @@ def test_fedfor_alpha_growth_factor(tiny_npz, unequal_partition):
 class FedGKD:
   """eqs. 3-5: teacher = mean of the last M global models (including the current one)."""
 
-  def __init__(self, gamma, M, tau, vote_lambda=None):
+  def __init__(self, gamma, M, tau, vote_lambda=None, start='initial'):
     self.gamma, self.M, self.tau, self.vote_lambda = gamma, M, tau, vote_lambda
     self.history = []
+    self.first = start == 'aggregated'  # the authors' code: w_0 is never buffered
 
   def __call__(self, model, theta, ids, counts, batches, exp):
-    self.history = (self.history + [theta])[-self.M:]
+    if not self.first:
+      self.history = (self.history + [theta])[-self.M:]
+    self.first = False
+    if not self.history:  # nothing buffered: plain FedAvg this round
+      p = weights(ids, counts)
+      return sum(pi * local_sgd(model, theta, batches[i],
+                                lambda w, x, y, mask: model.grad(w, x, model.ce_dlogits(w, x, y),
+                                                                 mask))
+                 for pi, i in zip(p, ids))
     if self.vote_lambda is None:
       teachers = [np.mean(self.history, axis=0)]
       coefs = [self.gamma / 2]
@@ -297,6 +306,17 @@ def test_fedgkd(tiny_npz, unequal_partition):
   exp = make(tiny_npz, unequal_partition, 'fedgkd', gkd_gamma=0.8, gkd_buffer=2,
              kd_temperature=2.0)
   run_lockstep(exp, FedGKD(0.8, 2, 2.0), rounds=4)
+
+
+@pytest.mark.parametrize('algo', ['fedgkd', 'fedgkd_vote'])
+def test_fedgkd_code_buffer_skips_round_one(tiny_npz, unequal_partition, algo):
+  """--gkd_buffer_start=aggregated (the authors' code): the buffer holds only aggregated models,
+  so round 1 is FedAvg and round r distils from w_1..w_{r-1}."""
+  vote = algo == 'fedgkd_vote'
+  exp = make(tiny_npz, unequal_partition, algo, gkd_gamma=0.8, vote_lambda=0.5, gkd_buffer=2,
+             kd_temperature=2.0, vote_val_size=10, gkd_buffer_start='aggregated')
+  run_lockstep(exp, FedGKD(None if vote else 0.8, 2, 2.0, vote_lambda=0.5 if vote else None,
+                           start='aggregated'), rounds=4)
 
 
 def test_fedgkd_vote(tiny_npz, unequal_partition):

@@ -198,13 +198,13 @@ def _part(name, c, model, server_data, parts):
     return fedfor.rectified_term(c.for_alpha, c.for_scale)
   if name == 'gkd':
     return fedgkd.ensemble_distillation(c.gkd_gamma, c.gkd_buffer, c.kd_temperature,
-                                        c.gkd_loss, c.kd_tau2)
+                                        c.gkd_loss, c.kd_tau2, c.gkd_buffer_start)
   if name == 'gkd_vote':
     if server_data is None:
       raise UserError('FedGKD-Vote needs a server validation split (--vote_val_size)')
     return fedgkd.vote_distillation(c.vote_lambda, c.gkd_buffer, c.kd_temperature,
                                     model.apply, server_data['x_val'], server_data['y_val'],
-                                    c.gkd_loss, c.kd_tau2)
+                                    c.gkd_loss, c.kd_tau2, c.gkd_buffer_start)
   if name == 'feddistill':
     return feddistill.label_distillation(c.distill_lambda, c.kd_temperature,
                                          _num_classes(model), c.kd_tau2)

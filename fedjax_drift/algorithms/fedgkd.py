@@ -19,6 +19,9 @@ with beta = 1/M. h is the temperature softmax; the KL convention is in distill.p
 Options (their sources in distill.py): tau2 multiplies each KL by tau^2 (the authors' code);
 loss='mse' replaces each KL by the mean squared difference of the raw logits (Table 9, which
 runs it for FedGKD with M = 1; the code's Vote path has KL only, here Vote takes it too).
+start='aggregated' is the authors' code's buffer (CGCL-codes/FedGKD): it holds only aggregated
+models, so round 1 has no teacher and no distillation; the paper's buffer (start='initial')
+holds w_0 from the start, so round 1 distils from the model every client starts at.
 """
 from typing import NamedTuple
 
@@ -35,9 +38,15 @@ class ModelBuffer(NamedTuple):
   count: jax.Array    # int32: models pushed so far
 
 
-def _init_buffer(params, size):
+START = ('initial', 'aggregated')
+
+
+def _init_buffer(params, size, start='initial'):
+  """The buffer before round 1: holding w_0 (the paper) or empty (start='aggregated')."""
+  if start not in START:
+    raise ValueError(f'unknown FedGKD buffer start {start!r}')
   models = jax.tree.map(lambda p: jnp.zeros((size,) + p.shape, p.dtype).at[0].set(p), params)
-  return ModelBuffer(models, jnp.ones((), jnp.int32))
+  return ModelBuffer(models, jnp.full((), start == 'initial', jnp.int32))
 
 
 def _push(buffer, params, size):
@@ -68,27 +77,30 @@ def distillation_term(loss='kl', temperature=1.0, tau2=False):
   return lambda teacher, student, mask: kd_loss(teacher, student, mask, temperature, tau2)
 
 
-def ensemble_distillation(gamma, buffer_size, temperature, loss='kl', tau2=False):
-  """FedGKD: distil from the average of the buffered global models."""
+def ensemble_distillation(gamma, buffer_size, temperature, loss='kl', tau2=False,
+                          start='initial'):
+  """FedGKD: distil from the average of the buffered global models (none while it is empty)."""
   term = distillation_term(loss, temperature, tau2)
 
   def payload(buffer, params, server):
     del params, server
     filled = _filled(buffer, buffer_size)
-    return jax.tree.map(lambda b: jnp.tensordot(filled, b, axes=1) / jnp.sum(filled),
-                        buffer.models)
+    teacher = jax.tree.map(lambda b: jnp.tensordot(filled, b, axes=1)
+                           / jnp.maximum(jnp.sum(filled), 1.0), buffer.models)
+    return {'teacher': teacher, 'on': (buffer.count > 0).astype(jnp.float32)}
 
   def loss(params, logits, batch, ctx):
     del params
-    teacher = ctx.apply(ctx.payload['fedgkd'], batch.x)
-    return 0.5 * gamma * term(teacher, logits, batch.mask)
+    sent = ctx.payload['fedgkd']
+    teacher = ctx.apply(sent['teacher'], batch.x)
+    return sent['on'] * 0.5 * gamma * term(teacher, logits, batch.mask)
 
-  return Part('fedgkd', init=lambda p: _init_buffer(p, buffer_size), payload=payload,
+  return Part('fedgkd', init=lambda p: _init_buffer(p, buffer_size, start), payload=payload,
               loss=loss, server_update=_push_new_global(buffer_size))
 
 
 def vote_distillation(vote_lambda, buffer_size, temperature, apply_fn, x_val, y_val,
-                      loss='kl', tau2=False):
+                      loss='kl', tau2=False, start='initial'):
   """FedGKD-Vote: one KL term per buffered model, weighted by validation loss on the server.
   x_val: the validation inputs as the model takes them (data/pipeline.preprocess)."""
   beta = 1.0 / buffer_size
@@ -100,7 +112,9 @@ def vote_distillation(vote_lambda, buffer_size, temperature, apply_fn, x_val, y_
     losses = jax.vmap(lambda m: jnp.mean(cross_entropy(apply_fn(m, x_val), y_val)))(
         buffer.models)
     scores = jnp.where(filled > 0, -losses / beta, -jnp.inf)
-    half_gammas = vote_lambda * jax.nn.softmax(scores)  # gamma_m / 2; 0 for empty slots
+    # gamma_m / 2; 0 for empty slots, and all 0 while the buffer is empty (start='aggregated')
+    half_gammas = jnp.where(buffer.count > 0, vote_lambda * jax.nn.softmax(
+        jnp.where(buffer.count > 0, scores, 0.0)), 0.0)
     return {'models': buffer.models, 'half_gammas': half_gammas}
 
   def loss(params, logits, batch, ctx):
@@ -112,5 +126,6 @@ def vote_distillation(vote_lambda, buffer_size, temperature, apply_fn, x_val, y_
 
     return jnp.sum(jax.vmap(one)(sent['models'], sent['half_gammas']))
 
-  return Part('fedgkd_vote', init=lambda p: _init_buffer(p, buffer_size), payload=payload,
+  return Part('fedgkd_vote', init=lambda p: _init_buffer(p, buffer_size, start),
+              payload=payload,
               loss=loss, server_update=_push_new_global(buffer_size))
