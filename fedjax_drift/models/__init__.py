@@ -29,6 +29,9 @@ class Model(NamedTuple):
   # As train_apply with the representation: (params, x, rng=None) -> ((logits, z), state).
   train_features: Callable = None
   has_dropout: bool = False  # whether an rng given to train_apply changes anything
+  # (params, x) -> z [B, d]: the penultimate layer, the input of the output layer (evaluation
+  # mode); with a projection head, the projection (the classifier reads it).
+  penultimate: Callable = None
 
 
 # Options a constructor in zoo.MODELS may take, with the value that means "the model's own".
@@ -136,7 +139,8 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
   if gn_groups or gn_group_size:  # a grouping that does not divide fails now, not mid-run
     jax.eval_shape(init_fn, jax.random.key(0))
   return Model(name, family, init_fn, apply_fn, tuple(input_shape), features_fn, train_apply,
-               has_state, conv_impl, train_features, has_dropout)
+               has_state, conv_impl, train_features, has_dropout,
+               penultimate=lambda params, x: features_fn(params, x)[1])
 
 
 def num_params(params):
