@@ -230,6 +230,11 @@ class Config:
                  "'lr:0.01,0.05;beta:0.8,0.9' with slowmo (the cartesian product; an axis "
                  "the run does not read is refused)", group='run')
   run_chunk: int = _f(0, 'runs vmapped together in a sweep; 0 = all', group='run')
+  matmul_precision: str = _f('highest', 'float32 matmuls and convolutions: highest = full '
+                             'float32 everywhere (as on CPU); default = the backend\'s own '
+                             '(TF32 on NVIDIA GPUs, bfloat16 passes on TPUs: faster, results '
+                             'differ from CPU in the 3rd-4th digit)', ('highest', 'default'),
+                             group='run')
   # Evaluation and output.
   eval_every: int = _f(5, 'evaluate the global model every this many rounds', group='output')
   eval_batch_size: int = _f(1000, 'test examples per evaluation batch', group='output')

@@ -60,8 +60,9 @@ def run(config: Config, log=print) -> dict:
   in config.out from their latest checkpoint. Raises DivergenceError when every run diverged,
   and interrupts.Interrupted (a KeyboardInterrupt) on SIGINT, SIGTERM or SIGHUP.
   """
-  with interrupts.guard():  # a signal is never lost, even in a gc callback (interrupts.py)
-    return _run(config, log)
+  # The precision applies where programs are traced, so it covers every compiled piece.
+  with interrupts.guard(), jax.default_matmul_precision(config.matmul_precision):
+    return _run(config, log)  # a signal is never lost, even in a gc callback (interrupts.py)
 
 
 def _run(config, log):
