@@ -88,6 +88,9 @@ WHEN_SET = {
     'init_params': (('init_params_run',), ('init',)),  # saved parameters replace --init's
 }
 
+    # Text (data/text.py); tfds: may be text (tfds:ag_news_subset), so it counts as reading them.
+    **{key: ('tokenizer', 'vocab_size', 'max_seq_len') for key in ('ag_news', 'sst5', 'text:',
+                                                                   'tfds:')},
 # A field whose -1 means 'the same as' another field also reads that field.
 FALLBACKS = {'beta_local': 'beta', 'beta_global': 'beta'}
 

@@ -366,3 +366,122 @@ def write_svhn_mat(directory, per_class=2, test_per_class=1):
     scipy.io.savemat(os.path.join(directory, name), {'X': x, 'y': y}, format='5',
                      do_compression=True)
   return directory
+
+
+# ---------------------------------------------------------------------------------------------
+# Text: AG News (ag_news_csv.tgz), SST-5 (trainDevTestTrees_PTB.zip), CSV / JSONL files
+
+AG_NEWS_CLASSES = ('World', 'Sports', 'Business', 'Sci/Tech')
+# Words typical of each class, so that a model can learn something from the tiny copies.
+TOPIC_WORDS = (('minister', 'election', 'talks', 'troops'), ('match', 'season', 'coach', 'wins'),
+               ('shares', 'profit', 'market', 'oil'), ('software', 'space', 'internet', 'chip'))
+
+
+def topic_text(label, k):
+  """A short deterministic text of class `label`, with punctuation, quotes and a backslash as
+  AG News's descriptions have them."""
+  words = TOPIC_WORDS[label]
+  return f'{words[k % 4]} {words[(k + 1) % 4]}, "{words[(k + 2) % 4]}" - #{k} \\ {words[0]}!'
+
+
+def write_ag_news_tgz(directory, per_class=3, test_per_class=2):
+  """ag_news_csv.tgz as Xiang Zhang distributes it: ag_news_csv/ with train.csv, test.csv
+  (no header; every field quoted: "class index 1-4","title","description"), classes.txt and
+  readme.txt. Returns {'train': (texts, labels 0..3), 'test': ...}, texts as title + " " +
+  description."""
+  os.makedirs(directory, exist_ok=True)
+  expected, members = {}, {}
+  for split, n in (('train', per_class), ('test', test_per_class)):
+    rows, texts, labels = [], [], []
+    for k in range(n):
+      for c in range(4):
+        title, description = f'{AG_NEWS_CLASSES[c]} story {k} (AP)', topic_text(c, k)
+        rows.append(','.join('"' + v.replace('"', '""') + '"' for v in (str(c + 1), title,
+                                                                       description)))
+        texts.append(f'{title} {description}')
+        labels.append(c)
+    members[f'ag_news_csv/{split}.csv'] = ('\n'.join(rows) + '\n').encode('utf-8')
+    expected[split] = (texts, np.asarray(labels))
+  members['ag_news_csv/classes.txt'] = ''.join(c + '\n' for c in AG_NEWS_CLASSES).encode()
+  members['ag_news_csv/readme.txt'] = b'AG\'s News Topic Classification Dataset\n'
+  path = os.path.join(directory, 'ag_news_csv.tgz')
+  with tarfile.open(path, 'w:gz') as tar:
+    folder = tarfile.TarInfo('ag_news_csv')
+    folder.type, folder.mode = tarfile.DIRTYPE, 0o755
+    tar.addfile(folder)
+    for name, raw in members.items():
+      info = tarfile.TarInfo(name)
+      info.size = len(raw)
+      tar.addfile(info, io.BytesIO(raw))
+  return expected
+
+
+SENTIMENT_WORDS = ('awful', 'dull', 'fine', 'good', 'brilliant')
+
+
+def ptb_tree(label, words):
+  """A right-branching PTB sentiment tree over `words`: leaves '(2 word)' (the sentiment word
+  itself carries `label`), every inner node `label`, as SST's lines nest."""
+  leaves = [f'({label if w in SENTIMENT_WORDS else 2} {w})' for w in words]
+  tree = leaves[-1]
+  for leaf in reversed(leaves[:-1]):
+    tree = f'({label} {leaf} {tree})'
+  return tree
+
+
+def sst5_words(label, k):
+  """The leaves of sentence k of class `label`: PTB escapes (-LRB-, 's) and a non-ASCII word."""
+  return ['The', 'film', "'s", 'plot', '-LRB-', f'part{k}', '-RRB-', 'is',
+          SENTIMENT_WORDS[label], 'café' if k % 2 else 'and', '.']
+
+
+def write_sst5_zip(directory, per_class=2, dev_per_class=1, test_per_class=1, dev=True):
+  """trainDevTestTrees_PTB.zip as Stanford distributes it: trees/train.txt, dev.txt, test.txt,
+  one PTB tree per line (UTF-8). Returns {'train': (texts, labels 0..4), 'val': ..., 'test':
+  ...}, texts as the leaves joined by spaces; dev=False leaves dev.txt out."""
+  os.makedirs(directory, exist_ok=True)
+  expected, members = {}, {}
+  sizes = (('train', 'train', per_class), ('val', 'dev', dev_per_class),
+           ('test', 'test', test_per_class))
+  for split, name, n in sizes:
+    if split == 'val' and not dev:
+      continue
+    lines, texts, labels = [], [], []
+    for k in range(n):
+      for c in range(5):
+        words = sst5_words(c, k)
+        lines.append(ptb_tree(c, words))
+        texts.append(' '.join(words))
+        labels.append(c)
+    members[f'trees/{name}.txt'] = ('\n'.join(lines) + '\n').encode('utf-8')
+    expected[split] = (texts, np.asarray(labels))
+  path = os.path.join(directory, 'trainDevTestTrees_PTB.zip')
+  with zipfile.ZipFile(path, 'w', zipfile.ZIP_DEFLATED) as z:
+    z.writestr('trees/', b'')
+    for name, raw in members.items():
+      z.writestr(name, raw)
+  return expected
+
+
+def write_text_files(directory, kind='csv', per_class=2, classes=('neg', 'pos')):
+  """A folder of train.<kind> and test.<kind> (kind csv: a header row text,label; jsonl: one
+  {"text": ..., "label": ...} object per line), string labels. Returns {split: (texts, label
+  ids in sorted order of the names)}."""
+  import csv  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  os.makedirs(directory, exist_ok=True)
+  expected = {}
+  for split, n in (('train', per_class), ('test', 1)):
+    rows = [(f'{name} review, number {k}: "{name}" again', name)
+            for k in range(n) for name in classes]
+    path = os.path.join(directory, f'{split}.{kind}')
+    with open(path, 'w', encoding='utf-8', newline='') as f:
+      if kind == 'csv':
+        writer = csv.writer(f)
+        writer.writerow(['text', 'label'])
+        writer.writerows(rows)
+      else:
+        f.writelines(json.dumps({'text': t, 'label': y}) + '\n' for t, y in rows)
+    names = sorted(classes)
+    expected[split] = ([t for t, _ in rows], np.asarray([names.index(y) for _, y in rows]))
+  return expected

@@ -12,7 +12,7 @@ import numpy as np
 
 
 class FederatedData(NamedTuple):
-  x: jax.Array             # [n, ...] uint8 or float32
+  x: jax.Array             # [n, ...] uint8 or float32 (int32 [n, 2, L] for text)
   y: jax.Array             # [n] int32
   client_index: jax.Array  # [N, max_n] int32, rows padded with 0
   client_count: jax.Array  # [N] int32
@@ -30,9 +30,13 @@ def build(x, y, parts, num_classes) -> FederatedData:
 
 
 def to_float(x):
-  """uint8 images -> float32 in [0, 1]; float features unchanged."""
+  """uint8 images -> float32 in [0, 1]; float features -> float32; other integer arrays
+  (text: token ids and attention mask, int32 [..., 2, L]) unchanged, since the model looks
+  the ids up in an embedding table."""
   if x.dtype == jnp.uint8:
     return x.astype(jnp.float32) * (1.0 / 255.0)
+  if jnp.issubdtype(x.dtype, jnp.integer):
+    return x
   return x.astype(jnp.float32)
 
 

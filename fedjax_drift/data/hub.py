@@ -27,10 +27,11 @@ TFDS_DOMAINNET = tuple(f'domainnet/{site}' for site in multidomain.DOMAINNET_SIT
 
 
 def load(dataset, data_dir=None, image_size=0, hf_image_column='', hf_label_column='',
-         hf_train_split='train', hf_test_split='test', **_):
-  """`tfds:NAME` or `hf:...` (the --dataset value) -> a validated Dataset."""
+         hf_train_split='train', hf_test_split='test', **options):
+  """`tfds:NAME` or `hf:...` (the --dataset value) -> a validated Dataset. options: the
+  tokenizer flags (data/text.to_dataset) for TFDS text datasets."""
   if dataset.startswith('tfds:'):
-    return load_tfds(dataset[len('tfds:'):], data_dir, image_size)
+    return load_tfds(dataset[len('tfds:'):], data_dir, image_size, **options)
   return load_hf(dataset[len('hf:'):], data_dir, image_size, hf_image_column, hf_label_column,
                  (hf_train_split, hf_test_split))
 
@@ -88,8 +89,47 @@ def _tfds_keys(name, features, example):
   return image, label
 
 
+def _tfds_text_keys(features):
+  """The Text features whose strings make an example's text, in order: 'text' alone, else
+  'title' then 'description' (ag_news_subset: title + " " + description, as the CSV
+  reader), else every Text feature in name order; () when the dataset has none."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  spec = dict(features.items()) if features is not None else {}
+  keys = sorted(k for k, f in spec.items() if isinstance(f, tfds.features.Text))
+  if 'text' in keys:
+    return ('text',)
+  if {'title', 'description'} <= set(keys):
+    return ('title', 'description')
+  return tuple(keys)
+
+
+def _tfds_label_key(name, features, example):
+  """'label' when present, else the first ClassLabel feature of a text dataset."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  if 'label' in example:
+    return 'label'
+  spec = dict(features.items()) if features is not None else {}
+  typed = [k for k, f in spec.items() if isinstance(f, tfds.features.ClassLabel)]
+  if not typed:
+    raise UserError(f'--dataset=tfds:{name}: found no label feature among '
+                    f'{", ".join(sorted(example))}')
+  return typed[0]
+
+
+def _tfds_texts(source, keys, label_key, where):
+  """A TFDS text split -> ([str], int64 labels)."""
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  texts, y = [], np.zeros(len(source), np.int64)
+  as_str = lambda v: v.decode('utf-8') if isinstance(v, bytes) else str(v)
+  for i in tqdm(range(len(source)), desc=where, unit='example', disable=None):
+    example = source[i]
+    texts.append(' '.join(as_str(example[k]) for k in keys))
+    y[i] = int(example[label_key])
+  return texts, y
+
+
 def _tfds_split(name, split, data_dir, size):
-  """One TFDS split -> (x, y)."""
+  """One TFDS split -> (x, y); x is a list of strings for a text dataset."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   try:
     # tfds.data_source picks ArrayRecord (the random-access format) only when no data_dir is
@@ -106,6 +146,10 @@ def _tfds_split(name, split, data_dir, size):
   if len(source) == 0:
     raise UserError(f'--dataset=tfds:{name}: split {split!r} is empty')
   features = getattr(getattr(source, 'dataset_info', None), 'features', None)
+  text_keys = _tfds_text_keys(features)
+  if text_keys:
+    label_key = _tfds_label_key(name, features, source[0])
+    return _tfds_texts(source, text_keys, label_key, f'tfds:{name} {split}')
   image_key, label_key = _tfds_keys(name, features, source[0])
   y = np.zeros(len(source), np.int64)
   def image_at(i):  # one decode per example gives both its image and its label
@@ -115,13 +159,18 @@ def _tfds_split(name, split, data_dir, size):
   return _stream(len(source), image_at, size, f'tfds:{name} {split}'), y
 
 
-def load_tfds(name, data_dir=None, image_size=0):
-  """A TFDS dataset's train and test splits; `domainnet` joins its six domain configs."""
+def load_tfds(name, data_dir=None, image_size=0, **options):
+  """A TFDS dataset's train and test splits; `domainnet` joins its six domain configs. A
+  dataset of Text features (tfds:ag_news_subset) is tokenised (options: data/text.to_dataset's)."""
+  from fedjax_drift.data import text  # pylint: disable=g-import-not-at-top
   if name in ('domainnet',) + TFDS_DOMAINNET:
     image_size = image_size or multidomain.DOMAINNET_SIZE  # DomainNet's sizes vary
   configs = TFDS_DOMAINNET if name == 'domainnet' else (name,)
   parts = [[_tfds_split(c, split, data_dir, image_size) for split in ('train', 'test')]
            for c in configs]
+  if isinstance(parts[0][0][0], list):  # texts
+    (train, y_train), (test, y_test) = parts[0]
+    return text.to_dataset(f'tfds:{name}', text.Texts(train, y_train, test, y_test), **options)
   xs = images.same_channels(*[x for domain in parts for x, _ in domain])
   x_train, x_test = np.concatenate(xs[0::2]), np.concatenate(xs[1::2])
   y_train = np.concatenate([d[0][1] for d in parts])

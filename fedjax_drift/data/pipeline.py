@@ -188,7 +188,16 @@ def normalization(config, x_train) -> Optional[Normalization]:
 
 
 def check(config, x_train):
-  """Refuses augmentations on data that is not images [n, H, W, C]."""
+  """Refuses augmentations on data that is not images [n, H, W, C], and augmentation or
+  normalisation of token ids (integer arrays other than uint8: text)."""
+  dtype = np.asarray(x_train[:0]).dtype
+  if np.issubdtype(dtype, np.integer) and dtype != np.uint8:
+    for flag, value in (('augment', config.augment), ('normalize', config.normalize),
+                        ('normalize_mean', config.normalize_mean),
+                        ('normalize_std', config.normalize_std)):
+      if value not in ('none', ''):
+        raise UserError(f'--{flag}={value} works on images and features; the data is text '
+                        '(token ids), which is neither augmented nor normalised')
   if config.augment != 'none' and np.ndim(x_train) != 4:
     raise UserError(f'--augment={config.augment} needs images [H, W, C]; the data has shape '
                     f'{tuple(np.shape(x_train)[1:])}')

@@ -21,6 +21,10 @@ default ~/.cache/fedjax_drift):
   emnist_SPLIT          NIST's gzip.zip (or its emnist-SPLIT-*-ubyte.gz files): the byclass
                         split, or the one --dataset=emnist_SPLIT names
   svhn                  train_32x32.mat + test_32x32.mat
+  ag_news               ag_news_csv.tgz (or ag_news_csv/ with train.csv, test.csv)
+  sst5                  trainDevTestTrees_PTB.zip (or trees/ with train.txt, dev.txt,
+                        test.txt); text datasets are stored as texts and tokenised when a
+                        run loads them (--tokenizer, --max_seq_len)
 --dataset=NAME names what a single DIR holds, when the folder name does not tell.
 Bad files, unreadable files and a full disk end with one line naming the file, and exit
 code 2. Ctrl-C (SIGTERM, SIGHUP) ends with one line and exit code 130 (143, 129); each cache
@@ -34,7 +38,7 @@ import sys
 import numpy as np
 
 from fedjax_drift import interrupts
-from fedjax_drift.data import downloads, formats, multidomain, sources
+from fedjax_drift.data import downloads, formats, multidomain, sources, text
 from fedjax_drift.errors import UserError
 
 
@@ -73,10 +77,12 @@ def find(root, image_size=0):
     subdirs.sort()
     found += _found_in(dirpath, set(files), set(subdirs))
     found += downloads.found_in(dirpath, set(files), set(subdirs))
+    found += text.found_in(dirpath, set(files), set(subdirs))
     if 'wnids.txt' in files:  # an extracted Tiny-ImageNet: do not walk its 120,000 images
       subdirs[:] = []
     # An archive's extracted copy beside it would be imported twice: the archive is enough.
-    subdirs[:] = [d for d in subdirs if d not in downloads.extracted_copies(set(files))]
+    copies = downloads.extracted_copies(set(files)) | text.extracted_copies(set(files))
+    subdirs[:] = [d for d in subdirs if d not in copies]
     domains = multidomain.found_in(dirpath, set(files), set(subdirs), image_size)
     if domains:  # do not walk DomainNet's image folders or the digit domains' own folders
       found, subdirs[:] = found + domains, [d for d in subdirs if d not in multidomain.FOLDERS]
@@ -118,6 +124,8 @@ def import_dir(root, dataset='', image_size=0):
   found = find(root, image_size)
   if not found:
     raise UserError(f'found no dataset files under {root} (see `fedjax-drift-data --help`)')
+  if dataset in text.IMPORTABLE and dataset not in [name for name, _ in found]:
+    raise UserError(f'found no {dataset} files under {root} (see `fedjax-drift-data --help`)')
   if dataset:  # one split of a download that holds several (EMNIST), or a renaming
     found = [f for f in found if f[0] == dataset] or found
   else:
@@ -127,7 +135,17 @@ def import_dir(root, dataset='', image_size=0):
   names = []
   for name, reader in found:
     name = dataset or name
-    ds = save(name, reader())
+    arrays = reader()
+    if isinstance(arrays, text.Texts):  # stored as texts, tokenised when loaded
+      if name not in text.IMPORTABLE:
+        raise UserError(f'--dataset={name}: {root} holds text files, not {name}\'s')
+      text.save_imported(name, arrays)
+      val = f' / {len(arrays.val)} validation' if arrays.val is not None else ''
+      print(f'{name}: {len(arrays.train)} train / {len(arrays.test)} test{val} texts -> '
+            f'{sources.imported_path(name)}')
+      names.append(name)
+      continue
+    ds = save(name, arrays)
     print(f'{name}: {len(ds.y_train)} train / {len(ds.y_test)} test, '
           f'{"x".join(map(str, ds.x_train.shape[1:]))} {ds.x_train.dtype} -> '
           f'{sources.imported_path(name)}')

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_drift.data import downloads, formats
+from fedjax_drift.data import downloads, formats, text
 from fedjax_drift.data.formats import CIFAR10_CLASSES  # noqa: F401 (re-exported)
 from fedjax_drift.errors import UserError, did_you_mean
 
@@ -25,6 +25,7 @@ DATASETS = {
     'cifar10': 'CIFAR-10: cifar-10-python.tar.gz or {train,test}/<class>/*.jpg, or imported',
     'usps': 'USPS 16x16 digits: usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5 or usps.npz, or imported',
     **downloads.DATASETS,  # cifar100, tiny_imagenet, emnist, svhn
+    **text.DATASETS,  # ag_news, sst5, text:PATH
     'digits_domains': 'six digit domains from MNIST and USPS (covariate shift, '
                       '--partition=domains)',
     'digits5': 'FedBN\'s five digit domains (MNIST, SVHN, USPS, SynthDigits, MNIST-M), 28x28x3, '
@@ -32,17 +33,20 @@ DATASETS = {
     'domainnet': 'FedBN\'s 10-class DomainNet subset, 6 domains, domain ids; FedBN\'s split '
                  'files + DomainNet images, imported once at --image_size (default 64)',
     'npz:PATH': 'any .npz with x_train, y_train, x_test, y_test (optional d_train, d_test, '
-                'domain_names, <column>_train)',
+                'domain_names, <column>_train; vocab_size for int32 token data [N, 2, L])',
     'tfds:NAME': 'a TensorFlow Datasets dataset (downloaded once, needs internet); '
-                 'tfds:domainnet = its six domains with domain ids',
+                 'tfds:domainnet = its six domains with domain ids; text ones '
+                 '(tfds:ag_news_subset) are tokenised',
     'hf:NAME[:CONFIG]': 'a Hugging Face `datasets` dataset, offline: hf:DIR (save_to_disk) '
                         'or NAME from the local cache (pip install ".[hf]")',
 }
 IMPORTABLE = ('mnist', 'fashion_mnist', 'cifar10', 'usps', 'digits5', 'domainnet')
 IMPORTABLE += downloads.IMPORTABLE  # cifar100, tiny_imagenet, svhn, emnist_SPLIT
+IMPORTABLE += text.IMPORTABLE  # ag_news, sst5 (their texts; tokenised when loaded)
 # Config fields that reach the loaders (sources.load's keyword options).
 LOAD_OPTIONS = ('image_size', 'digits5_parts', 'hf_image_column', 'hf_label_column',
-                'hf_train_split', 'hf_test_split', 'cifar100_labels', 'emnist_split')
+                'hf_train_split', 'hf_test_split', 'cifar100_labels', 'emnist_split',
+                'tokenizer', 'vocab_size', 'max_seq_len', 'pretrained')
 IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
              't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 
@@ -54,6 +58,10 @@ class Dataset(NamedTuple):
     --partition=domains and per-domain evaluation); domain_names: one name per id.
   groups: {column name: int32 id per training example} (natural partitions,
     --partition=natural:COLUMN), e.g. {'client': ...} or {'writer': ...}.
+  vocab_size: 0 for images and features; for text, the tokenizer's vocabulary size, and x is
+    int32 [N, 2, L]: x[:, 0] token ids in [0, vocab_size), x[:, 1] the attention mask (1 = a
+    real token, 0 = padding); see data/text.py.
+  x_val/y_val: the dataset's own validation split (SST-5's dev.txt), or None.
   """
   name: str
   x_train: np.ndarray
@@ -65,6 +73,9 @@ class Dataset(NamedTuple):
   domains_test: np.ndarray = None
   domain_names: tuple = ()
   groups: dict = None
+  vocab_size: int = 0
+  x_val: np.ndarray = None
+  y_val: np.ndarray = None
 
 
 def _read_idx(path, expected_ndim, where=None):
@@ -116,7 +127,8 @@ def load_npz(path, name=None):
   except Exception as e:  # zipfile/pickle errors of a truncated or foreign file
     raise UserError(f'cannot read {path} as npz: {e}') from None
   x_train, x_test = arrays['x_train'], arrays['x_test']
-  if x_train.ndim == 3 and x_test.ndim == 3:  # grey images without channel axis
+  tokens = x_train.dtype != np.uint8 and np.issubdtype(x_train.dtype, np.integer)
+  if x_train.ndim == 3 and x_test.ndim == 3 and not tokens:  # grey images without channel axis
     x_train, x_test = x_train[..., None], x_test[..., None]
   return x_train, arrays['y_train'], x_test, arrays['y_test']
 
@@ -238,10 +250,13 @@ def load_options(config):
 
 def npz_structure(path):
   """The optional structure arrays of an npz (an imported cache or npz:PATH), as validate's
-  keywords: d_train/d_test (domain ids), domain_names, and <column>_train (group ids)."""
+  keywords: d_train/d_test (domain ids), domain_names, <column>_train (group ids), and
+  vocab_size (a scalar: token data, x int32 [N, 2, L] of ids and attention mask)."""
   try:
     with np.load(path, allow_pickle=False) as f:
       out = {}
+      if 'vocab_size' in f:
+        out['vocab_size'] = int(f['vocab_size'])
       if 'd_train' in f or 'd_test' in f:
         out['domains_train'] = f['d_train'] if 'd_train' in f else None
         out['domains_test'] = f['d_test'] if 'd_test' in f else None
@@ -270,6 +285,8 @@ def load(dataset, data_dir=None, **options):
     return hub.load(dataset, data_dir, **options)
   elif downloads.handles(dataset):
     return downloads.load(dataset, data_dir, **options)
+  elif text.handles(dataset):
+    return text.load(dataset, data_dir, **options)
   elif dataset in IMPORTABLE and not data_dir:
     arrays = load_imported(dataset)
     structure = npz_structure(imported_path(dataset))
@@ -302,11 +319,12 @@ def _finite_float32(name, split, x):
 
 
 def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains_test=None,
-             domain_names=(), groups=None):
+             domain_names=(), groups=None, vocab_size=0):
   """Checks shapes, label range and finiteness; returns a Dataset with int32 labels.
 
   The optional structure (domain ids per split, group columns per training example) is
-  checked for length and integrality and carried as int32 (see `Dataset`)."""
+  checked for length and integrality and carried as int32 (see `Dataset`). vocab_size > 0:
+  x are token arrays int32 [N, 2, L], checked by `check_tokens` instead."""
   for split, x, y in (('train', x_train, y_train), ('test', x_test, y_test)):
     if x.ndim < 2:
       raise UserError(f'{name}: x_{split} must have a leading example axis, got shape {x.shape}')
@@ -317,7 +335,9 @@ def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains
     if not np.issubdtype(y.dtype, np.integer):
       if not np.all(np.equal(np.mod(y, 1), 0)):
         raise UserError(f'{name}: y_{split} holds non-integer labels')
-    if x.dtype != np.uint8:
+    if vocab_size:
+      check_tokens(name, f'x_{split}', x, vocab_size)
+    elif x.dtype != np.uint8:
       if not np.issubdtype(x.dtype, np.floating):
         raise UserError(f'{name}: x_{split} has dtype {x.dtype}; use uint8 images or floats')
   if x_train.shape[1:] != x_test.shape[1:]:
@@ -338,9 +358,9 @@ def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains
   # Every split by the same rules: floats finite after the float32 cast, and one scale for
   # all (uint8 is divided by 255 on the device, floats are used as they are).
   dtypes = x_train.dtype, x_test.dtype
-  if x_train.dtype != np.uint8:
+  if x_train.dtype != np.uint8 and not vocab_size:
     x_train = _finite_float32(name, 'x_train', x_train)
-  if x_test.dtype != np.uint8:
+  if x_test.dtype != np.uint8 and not vocab_size:
     x_test = _finite_float32(name, 'x_test', x_test)
   if (dtypes[0] == np.uint8) != (dtypes[1] == np.uint8):
     raise UserError(f'{name}: x_train is {dtypes[0]} and x_test is {dtypes[1]}, which '
@@ -350,7 +370,25 @@ def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains
                                                len(x_test), domain_names)
   groups = {k: _check_ids(name, f'{k}_train', v, len(x_train)) for k, v in (groups or {}).items()}
   return Dataset(name, x_train, y_train.astype(np.int32), x_test, y_test.astype(np.int32),
-                 num_classes, domains_train, domains_test, tuple(domain_names), groups or None)
+                 num_classes, domains_train, domains_test, tuple(domain_names), groups or None,
+                 int(vocab_size))
+
+
+def check_tokens(name, split, x, vocab_size):
+  """A text split x (int32 [N, 2, L]: token ids, attention mask) with ids in
+  [0, vocab_size), a 0/1 mask and at least one real token per example; else a UserError."""
+  if x.ndim != 3 or x.shape[1] != 2 or x.dtype != np.int32:
+    raise UserError(f'{name}: {split} must be int32 [N, 2, L] (token ids, attention mask); '
+                    f'got {x.dtype} {x.shape}')
+  ids, mask = x[:, 0], x[:, 1]
+  if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+    raise UserError(f'{name}: {split} holds token ids outside [0, {vocab_size}) (the '
+                    'tokenizer\'s vocabulary)')
+  if not np.all((mask == 0) | (mask == 1)):
+    raise UserError(f'{name}: {split}\'s attention mask holds values other than 0 and 1')
+  empty = np.flatnonzero(mask.sum(1) == 0)
+  if empty.size:
+    raise UserError(f'{name}: {split} example {int(empty[0])} has no tokens (an empty text?)')
 
 
 def _check_ids(name, what, ids, n):

@@ -1,0 +1,655 @@
+"""Text datasets read from the files their publishers distribute, tokenised into arrays.
+
+Readers (each returns `Texts`: the strings and int64 labels of every split):
+  ag_news    ag_news_csv.tgz (Xiang Zhang's release: ag_news_csv/train.csv, test.csv,
+             classes.txt), or its extracted folder. CSV rows "class index (1-4)", "title",
+             "description"; text = title + " " + description and label = index - 1, as the
+             TFDS (ag_news_subset) and Hugging Face (ag_news) loaders build them.
+  sst5       Stanford's trainDevTestTrees_PTB.zip (trees/train.txt, dev.txt, test.txt), or
+             its trees/ folder: one PTB tree per line, "(3 (2 It) (4 ...))"; label = the root's
+             sentiment 0..4, text = the leaves joined by spaces; dev.txt is the optional
+             validation split (Dataset.x_val).
+  text:PATH  a CSV (with a header) or JSONL file with `text` and `label` columns and a `split`
+             column (train/test, optionally validation), or a folder with train.csv|jsonl and
+             test.csv|jsonl (and optionally validation|valid|dev.csv|jsonl). Integer labels are
+             used as they are; other labels become ids 0..C-1 in sorted order of the training
+             labels.
+  tfds:NAME  text features of a TFDS dataset (data/hub.py): tfds:ag_news_subset.
+
+Tokenisation uses Hugging Face `tokenizers` (`tokenize`): --tokenizer=PATH reads a
+tokenizer.json or a WordPiece vocab.txt (or a folder holding one); --tokenizer=auto takes the
+--pretrained checkpoint folder's, else trains a WordPiece vocabulary of --vocab_size on the
+training texts (`train_wordpiece`, deterministic). Sequences are truncated and padded to
+--max_seq_len: x is int32 [N, 2, L], x[:, 0] the token ids and x[:, 1] the attention mask
+(1 = real token). Tokenised arrays and trained vocabularies are cached under
+$FEDJAX_DRIFT_CACHE (tokenized/, tokenizers/), keyed by content, so a second load is fast.
+
+`fedjax-drift-data import` stores the texts themselves (UTF-8 bytes + offsets, no pickles) in
+CACHE/datasets/NAME.npz; loading then tokenises with the run's tokenizer flags.
+"""
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import tarfile
+import zipfile
+import zlib
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from fedjax_drift.errors import UserError
+
+SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')  # BERT's, ids 0..4 when trained
+AG_NEWS_ARCHIVE = 'ag_news_csv.tgz'
+AG_NEWS_FOLDER = 'ag_news_csv'
+SST5_ARCHIVE = 'trainDevTestTrees_PTB.zip'
+SST5_SPLITS = {'train': 'train.txt', 'val': 'dev.txt', 'test': 'test.txt'}
+SST5_CLASSES = 5
+TEXT_SUFFIXES = ('.csv', '.jsonl')
+VAL_NAMES = ('validation', 'valid', 'val', 'dev')
+IMPORTABLE = ('ag_news', 'sst5')
+DATASETS = {
+    'ag_news': 'AG News, 4 topics (120,000 / 7,600 texts): ag_news_csv.tgz, or imported; '
+               'tokenised (--tokenizer, --max_seq_len)',
+    'sst5': 'SST-5, 5 sentiment classes (8,544 / 2,210 sentences, dev = validation): '
+            'Stanford\'s trainDevTestTrees_PTB.zip, or imported; tokenised',
+    'text:PATH': 'a CSV or JSONL file with text, label and split columns, or a folder with '
+                 'train.csv|jsonl and test.csv|jsonl; tokenised',
+}
+# Bumped when the tokenised arrays' layout changes, so old cache entries are not read.
+_CACHE_FORMAT = 1
+
+
+class Texts(NamedTuple):
+  """A text dataset before tokenisation: strings and int64 labels per split (val optional)."""
+  train: list
+  y_train: np.ndarray
+  test: list
+  y_test: np.ndarray
+  val: Optional[list] = None
+  y_val: Optional[np.ndarray] = None
+
+  def splits(self):
+    """[(split name, texts, labels)] of the splits present: train, test, then val."""
+    out = [('train', self.train, self.y_train), ('test', self.test, self.y_test)]
+    return out + ([('val', self.val, self.y_val)] if self.val is not None else [])
+
+
+def handles(dataset):
+  """True for the --dataset values this module loads (tfds: goes through data/hub.py)."""
+  return dataset in IMPORTABLE or dataset.startswith('text:')
+
+
+def _one_line(e):
+  text = str(e).strip().splitlines()
+  return text[0] if text else type(e).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# AG News: ag_news_csv.tgz = ag_news_csv/{train.csv, test.csv, classes.txt, readme.txt}
+
+def _ag_news_rows(stream, where, num_classes):
+  """One AG News CSV (a binary stream) -> (texts, labels 0..num_classes-1)."""
+  texts, labels = [], []
+  reader = csv.reader(io.TextIOWrapper(stream, encoding='utf-8', newline=''))
+  try:
+    for row in reader:
+      if len(row) != 3:
+        raise UserError(f'{where} line {reader.line_num}: {len(row)} fields; AG News rows are '
+                        '"class index","title","description"')
+      if not row[0].strip().isdigit() or not 1 <= int(row[0]) <= num_classes:
+        raise UserError(f'{where} line {reader.line_num}: class index {row[0]!r} is not '
+                        f'1..{num_classes}')
+      texts.append(f'{row[1]} {row[2]}')
+      labels.append(int(row[0]) - 1)
+  except (UnicodeDecodeError, csv.Error, EOFError, OSError, zlib.error, tarfile.TarError) as e:
+    raise UserError(f'cannot read {where} as AG News CSV: {_one_line(e)}') from None
+  if not texts:
+    raise UserError(f'{where} holds no rows')
+  return texts, np.asarray(labels, np.int64)
+
+
+def _ag_news_classes(raw, where):
+  try:
+    names = [line.strip() for line in raw.decode('utf-8').splitlines() if line.strip()]
+  except UnicodeDecodeError:
+    raise UserError(f'{where} is not UTF-8 text') from None
+  if len(names) < 2:
+    raise UserError(f'{where} names {len(names)} classes; AG News\'s classes.txt names 4')
+  return len(names)
+
+
+def _read_ag_news(open_member, where):
+  """open_member(name) -> binary stream or None; name in train.csv, test.csv, classes.txt."""
+  classes = open_member('classes.txt')
+  num_classes = _ag_news_classes(classes.read(), f'{where}/classes.txt') if classes else 4
+  out = []
+  for name in ('train.csv', 'test.csv'):
+    stream = open_member(name)
+    if stream is None:
+      raise UserError(f'{where} lacks {name} (AG News: {AG_NEWS_FOLDER}/train.csv, test.csv)')
+    out += _ag_news_rows(stream, f'{where}/{name}', num_classes)
+  return Texts(*out)
+
+
+def read_ag_news(path):
+  """AG News from ag_news_csv.tgz, a folder holding it or ag_news_csv/, or that folder."""
+  if os.path.isdir(path):
+    for folder in (path, os.path.join(path, AG_NEWS_FOLDER)):
+      if os.path.isfile(os.path.join(folder, 'train.csv')):
+        def open_member(name, folder=folder):
+          file = os.path.join(folder, name)
+          return open(file, 'rb') if os.path.isfile(file) else None
+        return _read_ag_news(open_member, folder)
+    archive = os.path.join(path, AG_NEWS_ARCHIVE)
+    if not os.path.isfile(archive):
+      raise UserError(f'{path} holds no AG News files ({AG_NEWS_ARCHIVE}, or {AG_NEWS_FOLDER}/ '
+                      'with train.csv and test.csv)')
+    path = archive
+  if not os.path.isfile(path):
+    raise UserError(f'AG News file {path} does not exist')
+  try:
+    with tarfile.open(path, 'r:gz') as tar:
+      members = {os.path.basename(m.name): m for m in tar.getmembers() if m.isfile()}
+      return _read_ag_news(lambda n: tar.extractfile(members[n]) if n in members else None,
+                           path)
+  except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+    raise UserError(f'cannot read AG News archive {path}: {_one_line(e)}') from None
+
+
+# ---------------------------------------------------------------------------------------------
+# SST-5: trainDevTestTrees_PTB.zip = trees/{train,dev,test}.txt, one PTB tree per line
+
+_TREE_TOKEN = re.compile(r'\(|\)|[^\s()]+')
+
+
+def parse_tree(line):
+  """A PTB sentiment tree '(3 (2 It) (4 (2 works)))' -> (root label, [leaf words]).
+
+  Every node is '(' label children ')' with a label 0..4; a leaf is a node whose one child is
+  a word. Raises ValueError saying what is wrong with a malformed line."""
+  tokens = _TREE_TOKEN.findall(line)
+  if len(tokens) < 4 or tokens[0] != '(':
+    raise ValueError('not a tree "(label ...)"')
+  leaves, depth, previous = [], 0, None
+  for i, token in enumerate(tokens):
+    if token == '(':
+      depth += 1
+    elif token == ')':
+      if previous == '(' or previous is None or depth == 0:
+        raise ValueError('unbalanced or empty node')
+      depth -= 1
+      if depth == 0 and i != len(tokens) - 1:
+        raise ValueError('text after the tree ends')
+    elif previous == '(':
+      if not (token.isdigit() and 0 <= int(token) < SST5_CLASSES):
+        raise ValueError(f'label {token!r} is not 0..{SST5_CLASSES - 1}')
+    else:
+      if tokens[i + 1:i + 2] != [')']:
+        raise ValueError(f'word {token!r} is not a leaf "(label word)"')
+      leaves.append(token)
+    previous = token
+  if depth:
+    raise ValueError('unbalanced parentheses (a truncated line?)')
+  if not leaves:
+    raise ValueError('a tree without words')
+  return int(tokens[1]), leaves
+
+
+def _sst5_split(raw, where):
+  """One trees file's bytes -> (texts, labels)."""
+  try:
+    lines = raw.decode('utf-8').splitlines()
+  except UnicodeDecodeError:
+    raise UserError(f'{where} is not UTF-8 text') from None
+  texts, labels = [], []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      label, leaves = parse_tree(line)
+    except ValueError as e:
+      raise UserError(f'{where} line {number}: {e}; SST-5 lines are PTB trees '
+                      '"(3 (2 It) (4 ...))"') from None
+    texts.append(' '.join(leaves))
+    labels.append(label)
+  if not texts:
+    raise UserError(f'{where} holds no trees')
+  return texts, np.asarray(labels, np.int64)
+
+
+def _read_sst5(read_member, where):
+  """read_member(file name) -> bytes or None; dev.txt may be missing."""
+  splits = {}
+  for split, name in SST5_SPLITS.items():
+    raw = read_member(name)
+    if raw is None and split != 'val':
+      raise UserError(f'{where} lacks trees/{name} (SST-5: trees/train.txt, dev.txt, test.txt)')
+    splits[split] = _sst5_split(raw, f'{where}/{name}') if raw is not None else (None, None)
+  return Texts(*splits['train'], *splits['test'], *splits['val'])
+
+
+def read_sst5(path):
+  """SST-5 from trainDevTestTrees_PTB.zip, a folder holding it or trees/, or trees/ itself."""
+  if os.path.isdir(path):
+    for folder in (path, os.path.join(path, 'trees')):
+      if os.path.isfile(os.path.join(folder, 'train.txt')):
+        def read_member(name, folder=folder):
+          file = os.path.join(folder, name)
+          if not os.path.isfile(file):
+            return None
+          with open(file, 'rb') as f:
+            return f.read()
+        return _read_sst5(read_member, folder)
+    archive = os.path.join(path, SST5_ARCHIVE)
+    if not os.path.isfile(archive):
+      raise UserError(f'{path} holds no SST-5 files ({SST5_ARCHIVE}, or trees/ with '
+                      'train.txt and test.txt)')
+    path = archive
+  if not os.path.isfile(path):
+    raise UserError(f'SST-5 file {path} does not exist')
+  try:
+    with zipfile.ZipFile(path) as archive:
+      members = {os.path.basename(n): n for n in archive.namelist() if not n.endswith('/')}
+      return _read_sst5(lambda n: archive.read(members[n]) if n in members else None, path)
+  except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+    raise UserError(f'cannot read SST-5 archive {path}: {_one_line(e)}') from None
+
+
+# ---------------------------------------------------------------------------------------------
+# text:PATH: CSV or JSONL with text, label (and split) columns
+
+def _records(path):
+  """A CSV (with header) or JSONL file -> [dict] rows."""
+  try:
+    with open(path, 'r', encoding='utf-8', newline='') as f:
+      if path.endswith('.jsonl'):
+        rows = []
+        for number, line in enumerate(f, 1):
+          if line.strip():
+            row = json.loads(line)
+            if not isinstance(row, dict):
+              raise UserError(f'{path} line {number} is not a JSON object')
+            rows.append(row)
+        return rows
+      return list(csv.DictReader(f))
+  except json.JSONDecodeError as e:
+    raise UserError(f'{path} line {e.lineno} is not JSON: {e.msg}') from None
+  except (UnicodeDecodeError, csv.Error, OSError) as e:
+    raise UserError(f'cannot read {path}: {_one_line(e)}') from None
+
+
+def _columns(rows, path, columns):
+  """{column: [values]} of rows; a row lacking one is a UserError naming the file."""
+  if not rows:
+    raise UserError(f'{path} holds no rows')
+  for number, row in enumerate(rows, 1):
+    missing = [c for c in columns if row.get(c) is None]
+    if missing:
+      raise UserError(f'{path} row {number} lacks {", ".join(missing)} (text files need '
+                      f'columns {", ".join(columns)})')
+  return {c: [row[c] for row in rows] for c in columns}
+
+
+def _label_ids(splits, where):
+  """{split: raw labels} -> {split: int64 ids}: integers as they are, else the training
+  labels' sorted distinct values numbered 0..C-1."""
+  as_text = {s: [str(v).strip() for v in values] for s, values in splits.items()}
+  if all(re.fullmatch(r'\d+', v) for values in as_text.values() for v in values):
+    return {s: np.asarray([int(v) for v in values], np.int64) for s, values in as_text.items()}
+  names = sorted(set(as_text['train']))
+  index = {n: i for i, n in enumerate(names)}
+  for split, values in as_text.items():
+    unknown = sorted(set(values) - set(index))
+    if unknown:
+      raise UserError(f'{where}: {split} label {unknown[0]!r} is not among the training labels')
+  return {s: np.asarray([index[v] for v in values], np.int64) for s, values in as_text.items()}
+
+
+def _split_files(folder):
+  """{split: path} of train.*, test.* and a validation file in folder."""
+  files = {}
+  for split, names in (('train', ('train',)), ('test', ('test',)), ('val', VAL_NAMES)):
+    for name in names:
+      for suffix in TEXT_SUFFIXES:
+        if os.path.isfile(os.path.join(folder, name + suffix)) and split not in files:
+          files[split] = os.path.join(folder, name + suffix)
+  for split in ('train', 'test'):
+    if split not in files:
+      raise UserError(f'--dataset=text:{folder}: the folder lacks {split}.csv or {split}.jsonl')
+  return files
+
+
+def read_text_files(path):
+  """text:PATH: one file with a split column, or a folder of per-split files -> Texts."""
+  if os.path.isdir(path):
+    columns = {s: _columns(_records(p), p, ('text', 'label'))
+               for s, p in _split_files(path).items()}
+  else:
+    if not os.path.isfile(path):
+      raise UserError(f'--dataset=text:{path}: no such file or folder')
+    if not path.endswith(TEXT_SUFFIXES):
+      raise UserError(f'--dataset=text:{path}: use a .csv or .jsonl file, or a folder with '
+                      'train.csv|jsonl and test.csv|jsonl')
+    rows = _columns(_records(path), path, ('text', 'label', 'split'))
+    columns = {}
+    for split, names in (('train', ('train',)), ('test', ('test',)), ('val', VAL_NAMES)):
+      keep = [i for i, s in enumerate(rows['split']) if str(s).strip().lower() in names]
+      if keep:
+        columns[split] = {c: [rows[c][i] for i in keep] for c in ('text', 'label')}
+    for split in ('train', 'test'):
+      if split not in columns:
+        raise UserError(f'{path}: no row has split {split!r} (the split column says train, '
+                        'test or validation)')
+  labels = _label_ids({s: c['label'] for s, c in columns.items()}, path)
+  texts = {s: [str(t) for t in c['text']] for s, c in columns.items()}
+  return Texts(texts['train'], labels['train'], texts['test'], labels['test'],
+               texts.get('val'), labels.get('val'))
+
+
+# ---------------------------------------------------------------------------------------------
+# The import cache: texts as UTF-8 bytes + offsets in CACHE/datasets/NAME.npz
+
+def pack(texts):
+  """[str] -> (uint8 UTF-8 bytes of all texts, int64 offsets [N + 1])."""
+  encoded = [t.encode('utf-8') for t in texts]
+  offsets = np.zeros(len(encoded) + 1, np.int64)
+  offsets[1:] = np.cumsum([len(b) for b in encoded])
+  return np.frombuffer(b''.join(encoded), np.uint8), offsets
+
+
+def unpack(data, offsets):
+  """The inverse of `pack`."""
+  raw = np.asarray(data, np.uint8).tobytes()
+  return [raw[offsets[i]:offsets[i + 1]].decode('utf-8') for i in range(len(offsets) - 1)]
+
+
+def save_imported(name, texts: Texts):
+  """Writes `texts` to sources.imported_path(name) (text_<split>, offsets_<split>, y_<split>)."""
+  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
+  arrays = {}
+  for split, strings, labels in texts.splits():
+    arrays[f'text_{split}'], arrays[f'offsets_{split}'] = pack(strings)
+    arrays[f'y_{split}'] = np.asarray(labels, np.int64)
+  sources.write_npz(sources.imported_path(name), **arrays)
+
+
+def load_imported(name):
+  """The Texts that `fedjax-drift-data import` stored for `name`."""
+  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
+  path = sources.imported_path(name)
+  if not os.path.exists(path):
+    raise UserError(f'--dataset={name} needs --data_dir=DIR, or import the files once with '
+                    f'`fedjax-drift-data import DIR --dataset={name}` (nothing at {path})')
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      if 'text_train' not in f:
+        raise UserError(f'{path} holds no texts (text_train): import the files again with '
+                        f'`fedjax-drift-data import DIR --dataset={name}`')
+      out = {}
+      for split in ('train', 'test', 'val'):
+        if f'text_{split}' in f:
+          out[split] = unpack(f[f'text_{split}'], f[f'offsets_{split}'])
+          out[f'y_{split}'] = f[f'y_{split}']
+  except UserError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except  (truncated or foreign npz)
+    raise UserError(f'cannot read {path} as imported texts: {_one_line(e)}') from None
+  return Texts(**out)
+
+
+def found_in(dirpath, files, subdirs):
+  """[(cache name, reader)] for the text datasets' files in one folder (files, subdirs: sets)."""
+  found = []
+  if AG_NEWS_ARCHIVE in files or (os.path.basename(dirpath) == AG_NEWS_FOLDER
+                                  and {'train.csv', 'test.csv'} <= files):
+    found.append(('ag_news', lambda: read_ag_news(dirpath)))
+  if SST5_ARCHIVE in files or (os.path.basename(dirpath) == 'trees'
+                               and {'train.txt', 'test.txt'} <= files):
+    found.append(('sst5', lambda: read_sst5(dirpath)))
+  del subdirs
+  return found
+
+
+def extracted_copies(files):
+  """Folder names holding the extracted copy of an archive among `files` (not walked)."""
+  archives = {AG_NEWS_ARCHIVE: AG_NEWS_FOLDER, SST5_ARCHIVE: 'trees'}
+  return {folder for archive, folder in archives.items() if archive in files}
+
+
+def read(dataset, data_dir):
+  """The Texts of --dataset (ag_news, sst5, text:PATH) from --data_dir or the import cache."""
+  if dataset.startswith('text:'):
+    return read_text_files(dataset[len('text:'):])
+  if not data_dir:
+    return load_imported(dataset)
+  return read_ag_news(data_dir) if dataset == 'ag_news' else read_sst5(data_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenisation (Hugging Face `tokenizers`)
+
+def _tokenizers():
+  try:
+    import tokenizers  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise UserError('text datasets need the `tokenizers` library: pip install tokenizers') \
+        from None
+  return tokenizers
+
+
+def _wordpiece(vocab, lowercase):
+  """A BERT-style tokenizer around a WordPiece vocab (a dict or a vocab.txt path): BERT's
+  normaliser, pre-tokeniser and [CLS] ... [SEP] post-processor, as the library's own
+  BertWordPieceTokenizer assembles them."""
+  tk = _tokenizers()
+  model = (tk.models.WordPiece.from_file(vocab, unk_token='[UNK]') if isinstance(vocab, str)
+           else tk.models.WordPiece(vocab, unk_token='[UNK]'))
+  tokenizer = tk.Tokenizer(model)
+  missing = [t for t in ('[UNK]', '[CLS]', '[SEP]') if tokenizer.token_to_id(t) is None]
+  if missing:
+    raise UserError(f'{vocab if isinstance(vocab, str) else "the vocabulary"} lacks '
+                    f'{", ".join(missing)}: not a BERT WordPiece vocab.txt')
+  tokenizer.add_special_tokens([t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None])
+  tokenizer.normalizer = tk.normalizers.BertNormalizer(lowercase=lowercase)
+  tokenizer.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+  tokenizer.post_processor = tk.processors.BertProcessing(
+      ('[SEP]', tokenizer.token_to_id('[SEP]')), ('[CLS]', tokenizer.token_to_id('[CLS]')))
+  return tokenizer
+
+
+def _lowercase_of(folder):
+  """do_lower_case of the tokenizer_config.json beside a vocab.txt; True without one
+  (transformers' BertTokenizer default, and the uncased checkpoints')."""
+  path = os.path.join(folder, 'tokenizer_config.json')
+  if not os.path.isfile(path):
+    return True
+  try:
+    with open(path, encoding='utf-8') as f:
+      return bool(json.load(f).get('do_lower_case', True))
+  except (OSError, ValueError) as e:
+    raise UserError(f'cannot read {path}: {_one_line(e)}') from None
+
+
+def load_tokenizer(path, flag='--tokenizer'):
+  """A `tokenizers.Tokenizer` from tokenizer.json, a WordPiece vocab.txt, or a folder holding
+  one (tokenizer.json preferred); `flag` names where PATH came from in errors."""
+  tk = _tokenizers()
+  if os.path.isdir(path):
+    for name in ('tokenizer.json', 'vocab.txt'):
+      if os.path.isfile(os.path.join(path, name)):
+        return load_tokenizer(os.path.join(path, name), flag)
+    raise UserError(f'{flag}={path}: the folder holds no tokenizer.json or vocab.txt')
+  if not os.path.isfile(path):
+    raise UserError(f'{flag}={path}: no such file')
+  if path.endswith('.txt'):
+    return _wordpiece(path, _lowercase_of(os.path.dirname(path)))
+  try:
+    return tk.Tokenizer.from_file(path)
+  except Exception as e:  # pylint: disable=broad-except  (the library raises Exception)
+    raise UserError(f'{flag}={path}: not a tokenizers JSON file ({_one_line(e)})') from None
+
+
+def train_wordpiece(texts, vocab_size):
+  """A WordPiece tokenizer of at most `vocab_size` tokens (more if the texts' alphabet needs
+  them) trained with `tokenizers`' WordPieceTrainer on `texts`: BERT's uncased normaliser and
+  pre-tokeniser, minimum pair frequency 2 (BertWordPieceTokenizer.train's default), the whole
+  alphabet kept, special tokens [PAD]=0, [UNK], [CLS], [SEP], [MASK].
+
+  Deterministic: the trainer numbers the '##c' continuation characters in the order it meets
+  words in a randomly seeded hash map, and breaks ties between equally frequent merges by
+  those numbers, so two processes could learn different vocabularies. Every '##c' is given to
+  the trainer up front, in sorted order, which fixes the numbering; the tokenizer is then
+  rebuilt from the learned vocabulary with only BERT's five special tokens."""
+  tk = _tokenizers()
+  if vocab_size <= len(SPECIAL_TOKENS):
+    raise UserError(f'--vocab_size={vocab_size} must be larger than the '
+                    f'{len(SPECIAL_TOKENS)} special tokens')
+  normalizer = tk.normalizers.BertNormalizer(lowercase=True)
+  alphabet = sorted({c for t in texts for c in normalizer.normalize_str(t) if not c.isspace()})
+  tokenizer = tk.Tokenizer(tk.models.WordPiece(unk_token='[UNK]'))
+  tokenizer.normalizer = normalizer
+  tokenizer.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+  trainer = tk.trainers.WordPieceTrainer(
+      vocab_size=vocab_size, min_frequency=2, show_progress=False,
+      special_tokens=list(SPECIAL_TOKENS) + ['##' + c for c in alphabet],
+      initial_alphabet=alphabet, limit_alphabet=max(len(alphabet), 1))
+  tokenizer.train_from_iterator(texts, trainer)
+  return _wordpiece(tokenizer.get_vocab(), lowercase=True)
+
+
+def _digest(*parts):
+  h = hashlib.sha256()
+  for part in parts:
+    data = part if isinstance(part, bytes) else str(part).encode('utf-8')
+    h.update(len(data).to_bytes(8, 'little') + data)
+  return h.hexdigest()
+
+
+def texts_digest(strings):
+  """sha256 of a list of strings (each length-prefixed, so boundaries count)."""
+  return _digest(*(s.encode('utf-8') for s in strings))
+
+
+def _cache_root():
+  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
+  return sources._cache_dir()  # pylint: disable=protected-access
+
+
+def trained_tokenizer(train_texts, vocab_size):
+  """train_wordpiece(train_texts, vocab_size), cached as CACHE/tokenizers/wordpiece-KEY.json
+  (KEY: the texts, vocab_size and the tokenizers version)."""
+  tk = _tokenizers()
+  key = _digest('wordpiece', texts_digest(train_texts), vocab_size, tk.__version__)[:20]
+  path = os.path.join(_cache_root(), 'tokenizers', f'wordpiece-{key}.json')
+  if os.path.isfile(path):
+    return load_tokenizer(path)
+  tokenizer = train_wordpiece(train_texts, vocab_size)
+  _write_text(path, tokenizer.to_str())
+  return tokenizer
+
+
+def _write_text(path, text):
+  """Writes `text` through a temporary renamed into place; a failure is one UserError."""
+  tmp = f'{path}.tmp{os.getpid()}'
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(tmp, 'w', encoding='utf-8') as f:
+      f.write(text)
+    os.replace(tmp, path)
+  except OSError as e:
+    raise UserError(f'cannot write {path}: {e.strerror or e} (set FEDJAX_DRIFT_CACHE to a '
+                    'writable folder with room)') from None
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+
+
+def resolve_tokenizer(tokenizer, pretrained, train_texts, vocab_size):
+  """The run's tokenizer: --tokenizer=PATH; auto: the --pretrained folder's, else WordPiece
+  trained on the training texts (trained_tokenizer)."""
+  if tokenizer and tokenizer != 'auto':
+    return load_tokenizer(tokenizer)
+  if pretrained:
+    if not any(os.path.isfile(os.path.join(pretrained, n)) for n in ('tokenizer.json',
+                                                                     'vocab.txt')):
+      raise UserError(f'--pretrained={pretrained} holds no tokenizer.json or vocab.txt; name '
+                      'the checkpoint\'s tokenizer with --tokenizer=PATH')
+    return load_tokenizer(pretrained, '--pretrained')
+  return trained_tokenizer(train_texts, vocab_size)
+
+
+def _pad_token(tokenizer):
+  """(pad id, pad token): the tokenizer's padding settings, [PAD], <pad>, else id 0."""
+  if tokenizer.padding:
+    return tokenizer.padding['pad_id'], tokenizer.padding['pad_token']
+  for token in ('[PAD]', '<pad>'):
+    if tokenizer.token_to_id(token) is not None:
+      return tokenizer.token_to_id(token), token
+  return 0, tokenizer.id_to_token(0) or '[PAD]'
+
+
+def encode(tokenizer, texts, max_seq_len):
+  """texts -> int32 [N, 2, max_seq_len]: token ids (with the tokenizer's special tokens) and
+  the attention mask, truncated and padded on the right. The tokenizer is left unchanged."""
+  if max_seq_len < 2:
+    raise UserError(f'--max_seq_len={max_seq_len} must be at least 2')
+  tokenizer = type(tokenizer).from_str(tokenizer.to_str())  # a copy: padding set below
+  pad_id, pad_token = _pad_token(tokenizer)
+  tokenizer.enable_truncation(max_length=max_seq_len)
+  tokenizer.enable_padding(length=max_seq_len, pad_id=pad_id, pad_token=pad_token)
+  out = np.zeros((len(texts), 2, max_seq_len), np.int32)
+  chunk = 4096  # bounds the Python lists of Encodings held at once
+  for start in range(0, len(texts), chunk):
+    encodings = tokenizer.encode_batch(list(texts[start:start + chunk]))
+    out[start:start + len(encodings), 0] = [e.ids for e in encodings]
+    out[start:start + len(encodings), 1] = [e.attention_mask for e in encodings]
+  return out
+
+
+def tokenize(texts: Texts, tokenizer='auto', vocab_size=8000, max_seq_len=128, pretrained=''):
+  """Texts -> ({split: int32 [N, 2, L]}, vocab size), cached in CACHE/tokenized/KEY.npz
+  (KEY: the texts of every split, the tokenizer's full JSON and max_seq_len)."""
+  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
+  tok = resolve_tokenizer(tokenizer, pretrained, texts.train, vocab_size)
+  size = tok.get_vocab_size(with_added_tokens=True)
+  key = _digest(_CACHE_FORMAT, _digest(*(texts_digest(t) for _, t, _ in texts.splits())),
+                _digest(tok.to_str()), max_seq_len)[:24]
+  path = os.path.join(_cache_root(), 'tokenized', f'{key}.npz')
+  names = [f'x_{split}' for split, _, _ in texts.splits()]
+  if os.path.isfile(path):
+    try:
+      with np.load(path, allow_pickle=False) as f:
+        return {n: f[n] for n in names}, size
+    except Exception:  # pylint: disable=broad-except  (a damaged cache entry: tokenise again)
+      pass
+  arrays = {f'x_{split}': encode(tok, strings, max_seq_len) for split, strings, _ in
+            texts.splits()}
+  sources.write_npz(path, **arrays)
+  return arrays, size
+
+
+def to_dataset(name, texts: Texts, tokenizer='auto', vocab_size=8000, max_seq_len=128,
+               pretrained='', **_):
+  """Texts -> a validated sources.Dataset of token arrays (vocab_size set, the dataset's own
+  validation split in x_val/y_val when it has one)."""
+  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
+  arrays, size = tokenize(texts, tokenizer, vocab_size, max_seq_len, pretrained)
+  ds = sources.validate(name, arrays['x_train'], texts.y_train, arrays['x_test'], texts.y_test,
+                        vocab_size=size)
+  if texts.val is None:
+    return ds
+  sources.check_tokens(name, 'x_val', arrays['x_val'], size)
+  y_val = np.asarray(texts.y_val, np.int64)
+  if len(y_val) != len(arrays['x_val']) or (len(y_val) and not
+                                            0 <= y_val.min() <= y_val.max() < ds.num_classes):
+    raise UserError(f'{name}: y_val holds labels outside 0..{ds.num_classes - 1}')
+  return ds._replace(x_val=arrays['x_val'], y_val=y_val.astype(np.int32))
+
+
+def load(dataset, data_dir=None, **options):
+  """--dataset=ag_news|sst5|text:PATH -> a validated, tokenised sources.Dataset."""
+  return to_dataset(dataset, read(dataset, data_dir), **options)
