@@ -272,14 +272,19 @@ def _stack_tables(tables):
                             label_hist=jnp.stack([t.label_hist for t in tables]))
 
 
-def device_bytes(runs, shared, width) -> int:
+def state_shapes(runs, shared):
+  """(state, client tables) of the first run's set-up as shapes (jax.eval_shape: nothing is
+  allocated); every run of a study has the same."""
+  return jax.eval_shape(lambda: (lambda e: (e.state, e.data._replace(x=(), y=())))(
+      _build_run(runs[0].config, shared)))
+
+
+def device_bytes(runs, shared, width, shapes=None) -> int:
   """Bytes a study of `runs` holds on the device before its first round, from shapes alone
-  (jax.eval_shape of the first run's set-up: nothing is allocated): the data once, and per run
-  (padded to a multiple of `width`) its state and client tables twice, as the run's own and
-  in the stacked copy (Study keeps both)."""
-  state, tables = jax.eval_shape(
-      lambda: (lambda e: (e.state, e.data._replace(x=(), y=())))(
-          _build_run(runs[0].config, shared)))
+  (`state_shapes`, or `shapes` if given): the data once, and per run (padded to a multiple
+  of `width`) its state and client tables twice, as the run's own and in the stacked copy
+  (Study keeps both until distributed.place drops the runs' own)."""
+  state, tables = shapes or state_shapes(runs, shared)
   ds = shared.dataset
   data = sum(int(np.asarray(a).nbytes) for a in (ds.y_train, ds.x_test, ds.y_test))
   padded = len(runs) + (-len(runs) % width)
@@ -290,13 +295,14 @@ def device_bytes(runs, shared, width) -> int:
 def build(config: Config, runs=None, preflight=None) -> Study:
   """Every run of `config` (see `plan`), stacked and ready to compile.
 
-  preflight: called with `device_bytes` once the data is loaded, before any run's state is
-  built; it may raise (simulation's memory check)."""
+  preflight: called with `device_bytes` and one run's per-client state bytes once the data is
+  loaded, before any run's state is built; it may raise (simulation's memory check)."""
   runs = runs or plan(config)
   shared = _load(config)
   width = min(config.run_chunk or len(runs), len(runs))
-  if preflight is not None:
-    preflight(device_bytes(runs, shared, width))
+  if preflight is not None:  # (bytes needed, bytes of one run's per-client state table)
+    shapes = state_shapes(runs, shared)
+    preflight(device_bytes(runs, shared, width, shapes), federated.nbytes(shapes[0].clients))
   experiments = [_build_run(spec.config, shared) for spec in runs]
   padded = experiments + [experiments[-1]] * (-len(runs) % width)  # equal groups
   traced = tuple(n for n in GRIDABLE if len({getattr(s.config, n) for s in runs}) > 1)

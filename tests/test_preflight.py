@@ -20,7 +20,7 @@ def test_budget_refuses_before_any_state_is_built(tiny_npz, unequal_partition, t
   config = tiny_config(tiny_npz, unequal_partition, algo='scaffold', seeds=3,
                        memory_budget_gb=1e-6, out=str(tmp_path / 'r'))
   with pytest.raises(fedjax_drift.UserError,
-                     match=r'MB \(data plus .* before compiling\), over --memory_budget_gb=1e-06'):
+                     match=r'MB \(data plus .* before compiling; the per-client state .*\), over --memory_budget_gb=1e-06'):
     simulation.run(config, log=lambda *_: None)
   assert not (tmp_path / 'r').exists()
 
@@ -60,3 +60,22 @@ def test_ulimit_v_bounds_what_is_available():
                        check=True).stdout.split()
   left, available = int(out[0]), int(out[1])
   assert 0 < left <= 2**30 and available <= left
+
+
+def test_paper_scale_client_table_is_refused_with_its_size(tmp_path):
+  """FedADC Figs. 5-6: FedDyn with ResNet-18 on 1,000 clients keeps a 45 GB per-client table
+  (11.2M float32 parameters each). The preflight refuses it from shapes, before building
+  anything, and names the table's size."""
+  import numpy as np
+  rng = np.random.default_rng(0)
+  path = tmp_path / 'c.npz'
+  np.savez(path, x_train=rng.integers(0, 256, (1000, 32, 32, 3), np.uint8),
+           y_train=np.arange(1000) % 10, x_test=rng.integers(0, 256, (10, 32, 32, 3), np.uint8),
+           y_test=np.arange(10))
+  config = fedjax_drift.Config(dataset=f'npz:{path}', model='resnet18', algo='feddyn',
+                               partition='iid', num_clients=1000, clients_per_round=10, rounds=1,
+                               out=str(tmp_path / 'r'))
+  with pytest.raises(fedjax_drift.UserError, match=r'the per-client state of --algo=feddyn alone '
+                     r'is 4[45]\.\d\d GB per run \(1,000 clients x 4[45]\.\d MB\)'):
+    simulation.run(config, log=lambda *_: None)
+  assert not (tmp_path / 'r').exists()
