@@ -81,6 +81,9 @@ DATASET_READS = {
     'cifar100': ('cifar100_labels',),
     'emnist': ('emnist_split',),
     'digits5': ('digits5_parts',),
+    # Text (data/text.py); tfds: may be text (tfds:ag_news_subset), so it counts as reading them.
+    **{key: ('tokenizer', 'vocab_size', 'max_seq_len') for key in ('ag_news', 'sst5', 'text:',
+                                                                   'tfds:')},
 }
 
 # flag -> (fields read only while it is set, fields it replaces and leaves unread).
@@ -88,9 +91,6 @@ WHEN_SET = {
     'init_params': (('init_params_run',), ('init',)),  # saved parameters replace --init's
 }
 
-    # Text (data/text.py); tfds: may be text (tfds:ag_news_subset), so it counts as reading them.
-    **{key: ('tokenizer', 'vocab_size', 'max_seq_len') for key in ('ag_news', 'sst5', 'text:',
-                                                                   'tfds:')},
 # A field whose -1 means 'the same as' another field also reads that field.
 FALLBACKS = {'beta_local': 'beta', 'beta_global': 'beta'}
 

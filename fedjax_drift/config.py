@@ -66,6 +66,7 @@ class Config:
   hf_train_split: str = _f('train', 'hf: the split to train on', group='data')
   hf_test_split: str = _f('test', 'hf: the split to test on', group='data')
   partition: str = _f('dirichlet', 'how training examples are split across clients',
+                      group='data')
   tokenizer: str = _f('auto', 'text datasets: tokenizer.json, a WordPiece vocab.txt, or a '
                       'folder holding one; auto = the --pretrained folder\'s, else a WordPiece '
                       'vocabulary of --vocab_size trained on the training texts', group='data')
@@ -75,7 +76,6 @@ class Config:
                         'attention mask)', group='data')
   pretrained: str = _f('', 'a Hugging Face checkpoint folder (config.json + model.safetensors '
                        'or pytorch_model.bin), read from local disk', group='model')
-                      group='data')
   classes_per_client: int = _f(2, 'shards: labels per client (s)', group='data')
   dirichlet_alpha: float = _f(0.5, 'dirichlet / dirichlet_client / quantity concentration',
                               group='data')

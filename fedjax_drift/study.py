@@ -210,7 +210,8 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
   model = models.get(config.model, ds.num_classes, ds.x_train.shape[1:], config.init,
                      algorithms.projection_dim(config), conv_impl=config.conv_impl,
                      projection_hidden=config.projection_hidden, dropout=config.dropout,
-                     gn_groups=config.gn_groups, gn_group_size=config.gn_group_size)
+                     gn_groups=config.gn_groups, gn_group_size=config.gn_group_size,
+                     vocab_size=ds.vocab_size, pretrained=config.pretrained)
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
   scenario = scenarios.from_config(config, ds)

@@ -12,13 +12,13 @@ import dataclasses
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 
 from fedjax_drift.algorithms import (fedadc, fedbn, fedcurv, feddistill, feddyn, fedfor,
                                      fedgkd, fedntd, fedprox,
                                      fedrs, igfl, local, moon, scaffold,
                                      server_optimizers)
 from fedjax_drift.algorithms.parts import compose
+from fedjax_drift import models
 from fedjax_drift.errors import UserError, did_you_mean
 
 
@@ -240,8 +240,7 @@ def _part(name, c, model, server_data, parts):
 def _num_classes(model):
   """C, the width of the model's logits (from shapes only; nothing is computed)."""
   params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
-  x = jax.ShapeDtypeStruct((1,) + tuple(model.input_shape), jnp.float32)
-  return int(jax.eval_shape(model.apply, params, x).shape[-1])
+  return int(jax.eval_shape(model.apply, params, models.example_input(model)).shape[-1])
 
 
 def _server_optimizer(server, c):

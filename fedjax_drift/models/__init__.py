@@ -7,14 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift.errors import UserError, did_you_mean
-from fedjax_drift.models import layers
+from fedjax_drift.models import layers, text
 from fedjax_drift.models.zoo import MODELS, WithProjection, takes_train
 
 
 class Model(NamedTuple):
   """What the rest of the library knows of a model: init and apply, both pure."""
   name: str
-  family: str                                # 'dense' or 'conv'
+  family: str                                # 'dense', 'conv' or 'text'
   init: Callable[[jax.Array], Any]           # key -> params
   apply: Callable[[Any, jax.Array], jax.Array]  # (params, x float32) -> logits (evaluation)
   input_shape: tuple
@@ -60,7 +60,8 @@ def _options(name, ctor, **given):
 
 
 def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_impl='auto',
-        projection_hidden=0, dropout=-1.0, gn_groups=0, gn_group_size=0):
+        projection_hidden=0, dropout=-1.0, gn_groups=0, gn_group_size=0, vocab_size=0,
+        pretrained=''):
   """Builds model `name` for inputs of `input_shape` (one example, no batch axis).
 
   projection_dim > 0 puts a projection head before the output layer (MOON, FedGKD+;
@@ -71,6 +72,10 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
   every rate p), gn_groups and gn_group_size (GroupNorm groups, or channels per group; 0 = the
   model's rule) are --dropout, --gn_groups and --gn_group_size, refused by models without such
   layers. Models named *_bn have BatchNorm: their params are {'params', 'batch_stats'}.
+  Text models (family 'text', models/text.py) take int32 [2, L] inputs (token ids, attention
+  mask) and need the tokenizer's `vocab_size` (Dataset.vocab_size); `pretrained`
+  (--pretrained, distilbert only) is a Hugging Face checkpoint folder whose weights init puts
+  in place of the random ones.
   """
   if conv_impl not in layers.CONV_IMPLS:
     raise UserError(f'--conv_impl={conv_impl} is unknown; use one of '
@@ -86,8 +91,10 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
   ctor, family = MODELS[name]
   if family == 'conv' and len(input_shape) != 3:
     raise UserError(f'--model={name} needs images [H, W, C]; the data has shape {input_shape}')
-  module = ctor(num_classes, **_options(name, ctor, dropout=dropout, gn_groups=gn_groups,
-                                        gn_group_size=gn_group_size))
+  text_args = _text_args(name, family, input_shape, vocab_size, pretrained, init)
+  module = ctor(num_classes, **text_args,
+                **_options(name, ctor, dropout=dropout, gn_groups=gn_groups,
+                           gn_group_size=gn_group_size))
   has_dropout = 'dropout' in inspect.signature(ctor).parameters and dropout != 0
   if projection_dim:
     module = WithProjection(module, projection_dim, projection_hidden)
@@ -102,11 +109,14 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
 
   @scoped
   def init_fn(key):
-    variables = module.init(key, jnp.zeros((1,) + tuple(input_shape), jnp.float32),
+    dtype = jnp.int32 if family == 'text' else jnp.float32  # token ids stay integers
+    variables = module.init(key, jnp.zeros((1,) + tuple(input_shape), dtype),
                             return_features=True)
     params = dict(variables) if has_state else variables['params']
     if init == 'zeros':
       params = jax.tree.map(jnp.zeros_like, params)
+    if pretrained:
+      params = jax.tree.map(jnp.asarray, text.load_pretrained(params, pretrained))
     return params
 
   def variables(params):
@@ -141,6 +151,32 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
   return Model(name, family, init_fn, apply_fn, tuple(input_shape), features_fn, train_apply,
                has_state, conv_impl, train_features, has_dropout,
                penultimate=lambda params, x: features_fn(params, x)[1])
+
+
+def example_input(model, batch=1):
+  """jax.ShapeDtypeStruct of a batch of `model`'s inputs: int32 token ids and masks for text
+  models, float32 otherwise (for eval_shape; nothing is allocated)."""
+  dtype = jnp.int32 if model.family == 'text' else jnp.float32
+  return jax.ShapeDtypeStruct((batch,) + tuple(model.input_shape), dtype)
+
+
+def _text_args(name, family, input_shape, vocab_size, pretrained, init):
+  """The extra keyword arguments of a text model's constructor ({} for other models), after
+  checking that the data are token sequences and --pretrained applies."""
+  if pretrained and name != 'distilbert':
+    raise UserError(f'--pretrained applies to --model=distilbert, not --model={name}')
+  if family != 'text':
+    if vocab_size:
+      raise UserError(f'--model={name} does not read token sequences; for text data use one '
+                      f'of {", ".join(n for n, (_, f) in MODELS.items() if f == "text")}')
+    return {}
+  if len(input_shape) != 2 or input_shape[0] != 2 or not vocab_size:
+    raise UserError(f'--model={name} needs token sequences [2, L] (ids, attention mask) of a '
+                    f'text --dataset; the data has shape {tuple(input_shape)}')
+  if pretrained and init != 'default':
+    raise UserError(f'--init={init} and --pretrained conflict: the checkpoint is the start')
+  args = {'vocab_size': int(vocab_size), 'seq_len': int(input_shape[1])}
+  return dict(args, pretrained=pretrained) if pretrained else args
 
 
 def num_params(params):

@@ -12,6 +12,7 @@ import numpy as np
 from flax import linen as nn
 
 from fedjax_drift.errors import UserError
+from fedjax_drift.models import text
 from fedjax_drift.models.layers import Conv, ConvReluPool, current_conv_impl, max_pool_2x2
 
 
@@ -665,6 +666,11 @@ MODELS = {
     'digit_cnn_bn': (DigitCNNBN, 'conv'),
     'cnn_emnist': (cnn_emnist, 'conv'),
     'cnn_cifar_moon': (CNNCifarMoon, 'conv'),
+    # Text (models/text.py): int32 [B, 2, L] token ids and attention mask; models.get passes
+    # vocab_size and seq_len (and --pretrained to distilbert).
+    'distilbert': (text.distilbert, 'text'),
+    'text_bag': (text.text_bag, 'text'),
+    'text_transformer': (text.text_transformer, 'text'),
 }
 
 __all__ = ['MODELS', 'WithProjection', 'max_pool_2x2']
