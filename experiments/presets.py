@@ -21,15 +21,19 @@ model not in models.zoo.MODELS, an algorithm not in algorithms.NAMES) leaves tha
 when the piece lands. A pipeline flag set to the value the code behaves as without it (for
 example --augment=none) is not a missing piece (TODAY below).
 
-Each method runs its grid x seeds through `fedjax_drift.run`; the grid point with the best mean
-of the paper's metric is reported as mean +- std over the seeds. Outputs go to --out (default
+Each method runs its grid x seeds through `fedjax_drift.run`. `--select_on=validation` (the
+default) holds SELECTION's validation split out of the clients' training data (a preset may
+set its own val_fraction/val_source) and picks the grid point with the best mean of the
+paper's metric on it; `--select_on=test` is the papers' protocol (no split, the point with the
+best mean test metric). Either way the table reports the test accuracy of the chosen point:
+mean and 95% t-interval over the seeds, and each method's paired difference to FedAvg and to
+the paper's own method (fedjax_drift/tables.py). Outputs go to --out (default
 runs/presets/<preset>-<mode>/ under the current directory): table.md, results.json and one
 accuracy plot per scenario. An --out that already holds results is refused without
 --overwrite.
 """
 import argparse
 import copy
-import csv
 import dataclasses
 import math
 import os
@@ -38,13 +42,11 @@ import sys
 import time
 import tomllib
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import fedjax_drift  # noqa: E402
-from fedjax_drift import algorithms, report  # noqa: E402
+from fedjax_drift import algorithms, report, stats, tables  # noqa: E402
 from fedjax_drift.config import PARTITIONS, grid_points, parse_grid  # noqa: E402
 
 DOC = os.path.join(ROOT, 'experiments', 'PRESETS.md')
@@ -58,6 +60,12 @@ NS = 'not stated'
 TODAY = {'augment': 'none', 'normalize': 'none', 'clip_grad_norm': 0.0, 'kd_tau2': False,
          'gkd_loss': 'kl', 'local_optimizer': 'sgd', 'dropout': -1, 'gn_groups': 0,
          'gn_group_size': 0, 'projection_hidden': 256, 'eval_protocol': 'global'}
+# Selection on held-out data (issue 22), for every preset unless its table sets these: 10% of
+# each client's training examples (not stated in the papers, which select on test). Runs
+# that cannot hold a split out (stateless long-tail clients draw from the whole training
+# set) fall back to selection on test, and their tables say so.
+SELECTION = {'val_fraction': 0.1, 'val_source': 'clients'}
+NO_SPLIT = 'stateless long-tail clients draw from the whole training set'
 PIPELINE = ('augment', 'augment_pad', 'augment_degrees', 'normalize', 'normalize_mean',
             'normalize_std', 'clip_grad_norm', 'kd_tau2', 'gkd_loss', 'local_optimizer',
             'projection_hidden', 'gn_groups', 'gn_group_size', 'dropout', 'eval_protocol')
@@ -175,7 +183,8 @@ def resolve(name, mode, scenario, label, rounds=None, seeds=None):
   Precedence: setting < scenario < method < the scenario's entry for that method."""
   preset = PRESETS[name]
   method = preset['methods'][label]
-  values = {k: val for k, (val, _) in preset['setting'].items()}
+  values = dict(SELECTION)
+  values.update({k: val for k, (val, _) in preset['setting'].items()})
   values.update({k: val for k, (val, _) in preset['scenarios'][scenario].items()})
   values.update({k: val for k, (val, _) in method['set'].items()})
   by_method = preset['scenario_extra'][scenario]['methods'].get(label, {})
@@ -199,6 +208,8 @@ def resolve(name, mode, scenario, label, rounds=None, seeds=None):
     n_seeds = seeds
   for k in [k for k, vals in grid.items() if len(vals) == 1]:  # one value: a plain setting
     values[k] = grid.pop(k)[0]
+  if values.get('scenario') == 'longtail_stateless':  # no split can be held out (NO_SPLIT)
+    values['val_fraction'] = 0.0
   return values, grid, n_seeds
 
 
@@ -348,7 +359,8 @@ def check_data(dataset, data_dir):
 
 
 def run_method(config, sweep=True, log=lambda *_: None):
-  """Runs config's seeds x grid; returns [(seed, grid point, [(round, accuracy)])]."""
+  """Runs config's seeds x grid; returns [tables.Run] (seed, grid point, test and validation
+  curves)."""
   if sweep:
     fedjax_drift.run(config, log=log)
     return read_runs(config.out, config)
@@ -359,74 +371,21 @@ def run_method(config, sweep=True, log=lambda *_: None):
       single = dataclasses.replace(config, **point, seed=config.seed + s, seeds=1, grid='',
                                    out=f'{config.out}-{tag}-s{s}')
       fedjax_drift.run(single, log=log)
-      runs += [(config.seed + s, point, c) for _, _, c in read_runs(single.out, single)]
+      runs += [r._replace(seed=config.seed + s, point=point)
+               for r in read_runs(single.out, single)]
   return runs
 
 
 def read_runs(run_dir, config):
-  """Per-run accuracy curves from a run directory: runs.csv (one row per run) joined with
-  metrics.csv (one row per run and evaluation), or metrics.csv alone."""
-  names = list(parse_grid(config.grid))
-  metrics = _csv(os.path.join(run_dir, 'metrics.csv'))
-  info = {r['run']: r for r in _csv(os.path.join(run_dir, 'runs.csv'))}
-  rows = ([{**info.get(r['run'], {}), **r} for r in metrics] if metrics and 'run' in metrics[0]
-          else [dict(r, run='0', seed=str(config.seed)) for r in metrics])
-  out = {}
-  for r in rows:
-    key = r.get('run', '0')
-    if key not in out:
-      point = {k: float(r[k]) for k in names}
-      out[key] = (int(float(r.get('seed', config.seed))), point, [])
-    out[key][2].append((int(r['round']), float(r['test_accuracy'])))
-  return [(s, p, sorted(c)) for s, p, c in out.values()]
-
-
-def _csv(path):
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return list(csv.DictReader(f))
+  """[tables.Run] of a run directory written with `config` (tables.read_runs)."""
+  return tables.read_runs(run_dir, list(parse_grid(config.grid)), config.seed)
 
 
 # ---------------------------------------------------------------------------------------------
-# Metrics as the papers report them, per run, then mean +- std over seeds.
+# Metrics as the papers report them, per run, then statistics over seeds: fedjax_drift/tables.py.
 
-def run_metrics(curve, rounds, target, at=()):
-  """final, best, best up to half the budget (FedFOR Table 2), last-10% mean (IGFL), rounds
-  to the target accuracy, and accuracy at the rounds `at` (FedGKD Table 6), from one run's
-  evaluations (round 0 is the initial model)."""
-  acc = {t: a for t, a in curve if t > 0}
-  ts = sorted(acc)
-  last = [acc[t] for t in ts if t > rounds - max(1, math.ceil(rounds / 10))] or [acc[ts[-1]]]
-  half = [acc[t] for t in ts if t <= rounds // 2] or [float('nan')]
-  reached = [t for t in ts if acc[t] >= target]
-  return {'final': acc[ts[-1]], 'best': max(acc.values()), 'best_half': max(half),
-          'last10': float(np.mean(last)), 'rounds_to_target': reached[0] if reached else None,
-          'at': {t: acc.get(t, float('nan')) for t in at}}
-
-
-def summarise(runs, rounds, target, at=()):
-  """Per grid point: mean and std over seeds of each metric, and the mean curve."""
-  points = {}
-  for seed, point, curve in runs:
-    points.setdefault(tuple(sorted(point.items())), []).append((seed, curve))
-  out = []
-  for key, per_seed in points.items():
-    ms = [run_metrics(c, rounds, target, at) for _, c in per_seed]
-    stat = {k: _stat([m[k] for m in ms]) for k in ('final', 'best', 'best_half', 'last10')}
-    stat['at'] = {t: _stat([m['at'][t] for m in ms]) for t in at}
-    reached = [m['rounds_to_target'] for m in ms if m['rounds_to_target'] is not None]
-    stat['rounds_to_target'] = {'reached': f'{len(reached)}/{len(ms)}',
-                                'mean': float(np.mean(reached)) if reached else None}
-    rounds_ = [t for t, _ in per_seed[0][1]]
-    acc = np.array([[a for _, a in c] for _, c in per_seed])
-    stat['curve'] = [(t, float(m), float(s)) for t, m, s in zip(rounds_, acc.mean(0), acc.std(0))]
-    out.append({'grid_point': dict(key), 'seeds': [s for s, _ in per_seed], **stat})
-  return out
-
-
-def _stat(xs):
-  return {'mean': float(np.mean(xs)), 'std': float(np.std(xs))}
+run_metrics = tables.run_metrics
+summarise = tables.summarise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,14 +406,29 @@ def check_out(out_dir, overwrite):
                                '--overwrite to replace them, or choose another --out')
 
 
+def selection_overrides(select_on='validation', val_fraction=None):
+  """Config values a --select_on/--val_fraction choice sets over the preset's: the papers'
+  protocol (test) holds no split out unless --val_fraction says so."""
+  if select_on not in ('validation', 'test'):
+    raise fedjax_drift.UserError(f'--select_on={select_on} is not one of validation, test')
+  if val_fraction is not None:
+    if select_on == 'validation' and not val_fraction:
+      raise fedjax_drift.UserError('--select_on=validation needs --val_fraction > 0')
+    return {'val_fraction': val_fraction}
+  return {'val_fraction': 0.0} if select_on == 'test' else {}
+
+
 def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out_root=None,
-               only=None, overwrite=False, log=print):
+               only=None, overwrite=False, log=print, select_on='validation',
+               val_fraction=None):
   """Runs a preset's live runs; dataset/data_dir/rounds/seeds override it, `only` keeps some
-  methods. A preset with no live run is refused in one line naming what it needs."""
+  methods; select_on/val_fraction choose the selection protocol (selection_overrides). A
+  preset with no live run is refused in one line naming what it needs."""
   preset = PRESETS[name]
   out_dir = out_root or default_out(name, mode)
   replace = {**({'dataset': dataset} if dataset else {}),
-             **({'data_dir': data_dir} if data_dir else {})}
+             **({'data_dir': data_dir} if data_dir else {}),
+             **selection_overrides(select_on, val_fraction)}
   rows = plan(name, mode, only, rounds, seeds, replace)
   live = [(s, m, to_config(v, g, n)) for s, m, v, g, n, r in rows if not r]
   if not live:
@@ -474,20 +448,28 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
   results = {'preset': name, 'mode': mode, 'title': preset['title'], 'paper': preset['paper'],
              'metric': preset['metric'], 'cuts': cuts(name, mode, rounds, seeds) + changed +
              ([f'pending, not run: {", ".join(skipped)}'] if skipped else []),
-             'date': time.strftime('%Y-%m-%d'), 'scenarios': {}}
+             'date': time.strftime('%Y-%m-%d'), 'scenarios': {},
+             'selection': {'select_on': select_on, **{k: live[0][2].__dict__[k] for k in
+                                                       ('val_fraction', 'val_source')},
+                           'fallback': NO_SPLIT},
+             'references': tables.reference_methods(
+                 {label: m['algo'] for label, m in preset['methods'].items()
+                  if not only or label in only}, preset['paper'])}
   at = preset['report_rounds']
   for scenario, label, config in live:
     config = dataclasses.replace(config, progress=False, overwrite=OVERWRITE, out=os.path.join(
         out_dir, 'runs', f'{scenario}-{label}'.replace(' ', '_').replace('/', '_')))
     runs = run_method(config, sweep=preset['methods'][label]['sweep'])
     points = summarise(runs, config.rounds, config.target_accuracy, at)
-    best = max(points, key=lambda p: p[preset['metric']]['mean'])
+    on = select_on if config.val_fraction else 'test'
+    best, on_test = tables.select(points, preset['metric'], on)
     results['scenarios'].setdefault(scenario, []).append(
         {'method': label, 'config': dataclasses.asdict(config), 'chosen': best['grid_point'],
-         **{k: best[k] for k in ('final', 'best', 'best_half', 'last10', 'rounds_to_target',
-                                 'at', 'curve', 'seeds')}})
-    log(f'[{name}/{scenario}] {label}: {preset["metric"]} '
-        f'{_fmt(best[preset["metric"]])} at {best["grid_point"]}')
+         'select_on': on, 'chosen_on_test': on_test['grid_point'],
+         **{k: best[k] for k in best if k != 'grid_point'}})
+    log(f'[{name}/{scenario}] {label}: test {preset["metric"]} '
+        f'{stats.fmt_interval(best[preset["metric"]])} at {best["grid_point"]} (selected on '
+        f'{on})')
   for scenario, rows_ in results['scenarios'].items():
     report.plot_mean_curves(
         os.path.join(out_dir, f'{_slug(scenario)}.png'),
@@ -501,10 +483,6 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
 
 def _slug(text):
   return ''.join(c if c.isalnum() or c in '.=' else '_' for c in text)
-
-
-def _fmt(stat):
-  return f'{stat["mean"]:.4f} ± {stat["std"]:.4f}'
 
 
 # ---------------------------------------------------------------------------------------------
@@ -566,6 +544,8 @@ def settings_table(name, mode='full', rounds=None, seeds=None):
   for k, (vals, src) in preset['grid'].items():
     lines.append(f'| {k} (tuned) | {_show(vals)} | {src} |')
   lines.append(f'| reported metric | {preset["metric"]} | see notes |')
+  lines.append(f'| grid selection | {selection_text(preset)} | not stated: ours (issue 22); '
+               '`--select_on=test` is the papers\' protocol |')
   lines += ['', '| scenario | setting | value | source |', '|---|---|---|---|']
   for scen, items in preset['scenarios'].items():
     extra = preset['scenario_extra'][scen]
@@ -598,6 +578,18 @@ def settings_table(name, mode='full', rounds=None, seeds=None):
   return '\n'.join(lines) + '\n'
 
 
+def selection_text(preset):
+  """How the preset's grid points are chosen by default, in a few words."""
+  values = {**SELECTION, **{k: v for k, (v, _) in preset['setting'].items()}}
+  longtail = values.get('scenario') == 'longtail_stateless' or any(
+      s.get('scenario', (None,))[0] == 'longtail_stateless' for s in preset['scenarios'].values())
+  if longtail or not values['val_fraction']:
+    return f'on test ({NO_SPLIT})' if longtail else 'on test'
+  where = ('each client\'s training examples' if values['val_source'] == 'clients'
+           else 'the pooled training examples')
+  return f'on validation: {values["val_fraction"]:g} of {where}'
+
+
 def _show(val):
   if isinstance(val, tuple):
     return '{' + ', '.join(_show(x) for x in val) + '}'
@@ -607,28 +599,8 @@ def _show(val):
 
 
 def results_table(results):
-  metric = results['metric']
-  lines = [f'### Results, mode `{results["mode"]}`, {results["date"]}', '',
-           f'Mean ± std over the seeds of the grid point with the best mean `{metric}` (the '
-           'paper\'s metric). ' + (f'Departures from the paper ({results["mode"]} mode): ' +
-                                   '; '.join(results['cuts']) + '.' if results['cuts'] else
-                                   'The paper\'s set-up, uncut.'), '']
-  for scen, rows in results['scenarios'].items():
-    at = list(rows[0].get('at', {}))
-    lines += [f'#### {scen}', '',
-              '| method | chosen | final | best | best by half budget | last-10% mean | '
-              'rounds to target (reached) |' + ''.join(f' round {t} |' for t in at),
-              '|---|---|---|---|---|---|---|' + '---|' * len(at)]
-    for r in sorted(rows, key=lambda r: -r[metric]['mean']):
-      rt = r['rounds_to_target']
-      reach = (f'{rt["mean"]:.0f} ({rt["reached"]})' if rt['mean'] is not None
-               else f'– ({rt["reached"]})')
-      chosen = ', '.join(f'{k}={val:g}' for k, val in r['chosen'].items()) or '–'
-      lines.append(f'| {r["method"]} | {chosen} | {_fmt(r["final"])} | {_fmt(r["best"])} | '
-                   f'{_fmt(r["best_half"])} | {_fmt(r["last10"])} | {reach} |' +
-                   ''.join(f' {_fmt(r["at"][t])} |' for t in at))
-    lines.append('')
-  return '\n'.join(lines) + '\n'
+  """The results of run_preset as markdown (fedjax_drift/tables.py markdown)."""
+  return tables.markdown(results)
 
 
 def command(name):
@@ -688,6 +660,13 @@ def main():
   parser.add_argument('--data_dir', default='', help='directory of the dataset\'s files')
   parser.add_argument('--rounds', type=int, default=0, help='override the rounds')
   parser.add_argument('--seeds', type=int, default=0, help='override the number of seeds')
+  parser.add_argument('--select_on', choices=('validation', 'test'), default='validation',
+                      help='pick each method\'s grid point by a validation split held out of '
+                      'the clients\' training data (default), or by test accuracy as the papers '
+                      'did (then no split is held out)')
+  parser.add_argument('--val_fraction', type=float, default=None,
+                      help=f'validation share (default {SELECTION["val_fraction"]:g}, or the '
+                      'preset\'s own; 0 with --select_on=test)')
   parser.add_argument('--show', action='store_true', help='print the settings table only')
   parser.add_argument('--list', action='store_true', help='list the experiments and presets')
   parser.add_argument('--write_doc', action='store_true', help=f'rewrite {DOC}')
@@ -711,7 +690,8 @@ def main():
       out = args.out if len(names) == 1 else os.path.join(args.out, f'{name}-{args.mode}')
       run_preset(name, args.mode, args.data_dir, args.dataset, args.rounds or None,
                  args.seeds or None, out_root=(out if args.out else None), only=only,
-                 overwrite=args.overwrite)
+                 overwrite=args.overwrite, select_on=args.select_on,
+                 val_fraction=args.val_fraction)
   except fedjax_drift.UserError as e:
     sys.stderr.write(f'error: {e}\n')
     return 2

@@ -81,6 +81,15 @@ class Config:
                               group='data')
   test_partition: str = _f('none', 'split the test set across clients like the train set',
                            ('none', 'like_train'), group='data')
+  val_fraction: float = _f(0.0, 'hold out this share of the training data as a validation '
+                           'split (0 = none), seeded by --seed and the same for every method: '
+                           'clients train on the rest, and every evaluation also reports the '
+                           'global model\'s accuracy on it (metrics.csv val_accuracy)',
+                           group='data')
+  val_source: str = _f('clients', 'where --val_fraction comes from: clients = that share of '
+                       'each client\'s training examples (each client\'s own train/validation '
+                       'split), server = a slice of the pooled training set held out before '
+                       'partitioning', ('clients', 'server'), group='data')
   cohort_sampler: str = _f('uniform', 'cohort sampling; cover_classes requires the cohort\'s '
                            'labels to cover every class', ('uniform', 'cover_classes'),
                            group='server')
@@ -253,6 +262,11 @@ class Config:
                           '(FedBN); auto = fedbn when BatchNorm stays local and clients have '
                           'test splits (--partition=domains or --test_partition=like_train)',
                           ('auto', 'global', 'fedbn'), group='output')
+  select_on: str = _f('auto', 'how a --grid sweep picks its point (summary.json selected): '
+                      'by the validation split\'s accuracy (needs --val_fraction), or by the '
+                      'test accuracy, as several papers did; auto = validation when '
+                      '--val_fraction > 0, else test', ('auto', 'validation', 'test'),
+                      group='output')
   target_accuracy: float = _f(0.7, 'report the first round reaching this test accuracy',
                               group='output')
   out: str = _f('', 'run directory (default: runs/<algo>-<dataset>-<partition>-s<seed>-<time>)',
@@ -376,6 +390,7 @@ class Config:
       if choices and getattr(self, f.name) not in choices:
         raise UserError(f'--{f.name}={getattr(self, f.name)} is not one of '
                         f'{", ".join(choices)}{did_you_mean(getattr(self, f.name), choices)}')
+    self._validate_selection()
     if self.personalize == 'calibrate' and self.test_partition != 'like_train':
       raise UserError('--personalize=calibrate needs a per-client test split: add '
                       '--test_partition=like_train')
@@ -387,6 +402,29 @@ class Config:
     if self.save_params and not self.save_params.endswith('.npz'):
       raise UserError(f'--save_params={self.save_params} must end in .npz')
     return self
+
+  def _validate_selection(self):
+    """--val_fraction, --val_source and --select_on (study.py carves the split)."""
+    if not (math.isfinite(self.val_fraction) and 0 <= self.val_fraction < 1):
+      raise UserError(f'--val_fraction={self.val_fraction} must be in [0, 1) (0 = no '
+                      'validation split)')
+    if self.select_on == 'validation' and not self.val_fraction:
+      raise UserError('--select_on=validation needs a validation split: give --val_fraction '
+                      '(e.g. 0.1), or --select_on=test')
+    if self.val_fraction and self.scenario == 'longtail_stateless':
+      raise UserError('--val_fraction: --scenario=longtail_stateless draws every client from '
+                      'the whole training set, so no validation split can be held out of it; '
+                      'use --val_fraction=0 (and --select_on=test)')
+    if self.val_fraction and self.val_source == 'server' and self.partition.startswith('file:'):
+      raise UserError(f'--val_source=server: --partition={self.partition} names training '
+                      'examples by index, so none can be held out before it; use '
+                      '--val_source=clients')
+
+  def resolved_select_on(self) -> str:
+    """'validation' or 'test': what --select_on=auto stands for."""
+    if self.select_on != 'auto':
+      return self.select_on
+    return 'validation' if self.val_fraction else 'test'
 
   def _validate_pipeline(self):
     """The training-pipeline flags (data/pipeline.py, algorithms/local.py)."""

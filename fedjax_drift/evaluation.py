@@ -17,6 +17,12 @@ auto:   fedbn when the algorithm keeps BatchNorm local (--algo=fedbn or --local_
 With domain ids in the test set, both protocols also give one accuracy per domain
 (metrics.csv's acc_domain_<name> columns).
 
+Validation (--val_fraction): every evaluation also scores the run's validation split
+(study.Validation: training examples no client trains on) under the same protocol: the global
+model on all of them (loss and accuracy pooled), or with fedbn each client's own model on the
+examples carved from its data, accuracy the mean over domains. metrics.csv's val_accuracy and
+val_loss; a sweep or preset may pick its grid point by them (--select_on).
+
 The fedbn evaluation runs inside one compiled function: test examples go through in batches,
 each example with its owner's norm rows gathered and the model vmapped over the examples, so
 every example is evaluated once, by its own client's model, with no per-client padding;
@@ -77,9 +83,19 @@ def test_owner(test_parts, num_test) -> np.ndarray:
   return owner
 
 
+def check_validation(config):
+  """Refuses a validation split the protocol cannot score (one line naming the flag)."""
+  protocol = resolve(config)
+  if config.val_fraction and config.val_source == 'server' and protocol in ('fedbn', 'local'):
+    raise UserError(f'--val_source=server: --eval_protocol={protocol} tests each client\'s own '
+                    'model on its own data, and a server split has no client; use '
+                    '--val_source=clients')
+
+
 class Evaluator(NamedTuple):
   """evaluate(state, inputs) -> {'loss': [R], 'accuracy': [R], 'domain_accuracy': [R, D]
-  (only with domains)}; `inputs` is what it reads besides the state (test arrays)."""
+  (only with domains), 'val_loss', 'val_accuracy': [R] (only with --val_fraction)};
+  `inputs` is what it reads besides the state (test and validation arrays)."""
   protocol: str
   columns: list   # acc_domain_* names, in the order of domain_accuracy's last axis
   evaluate: Any
@@ -87,8 +103,103 @@ class Evaluator(NamedTuple):
 
 
 def make(study) -> Evaluator:
-  """The jitted evaluation of every run of a study (study.Study) under its protocol. Test
-  inputs are normalised as training batches are (the pipeline's norm), never augmented."""
+  """The jitted evaluation of every run of a study (study.Study) under its protocol, on the
+  test set and (--val_fraction) on each run's validation split. Inputs are normalised as
+  training batches are (the pipeline's norm), never augmented."""
+  test = _make_test(study)
+  if study.experiments[0].validation is None:
+    return test
+  validate, val_inputs = (_make_local_validation(study) if test.protocol == 'local'
+                         else _make_validation(study, test.protocol))
+
+  def both(state, inputs):
+    return {**test.evaluate(state, inputs['test']), **validate(state, inputs['val'])}
+
+  return test._replace(evaluate=jax.jit(both),
+                       inputs={'test': test.inputs, 'val': val_inputs})
+
+
+def _make_validation(study, protocol):
+  """(state, inputs) -> {'val_loss', 'val_accuracy'} for every run, and its inputs: each
+  run's validation indices into the training examples already on the device (study.data.x),
+  gathered batch by batch, padded to the longest split with owner -1 (left out)."""
+  cfg, exp = study.config, study.experiments[0]
+  ds, norm = exp.dataset, exp.pipeline.norm if exp.pipeline is not None else None
+  runs = jax.tree.leaves(study.state.params)[0].shape[0]
+  splits = [e.validation for e in study.experiments]
+  splits += [splits[-1]] * (runs - len(splits))
+  width = max(len(v.index) for v in splits)
+  pad = lambda a, fill: np.pad(a, (0, width - len(a)), constant_values=fill)
+  index = np.stack([pad(v.index, 0) for v in splits])
+  fedbn_owner = protocol == 'fedbn'
+  owner = np.stack([pad(v.owner if fedbn_owner else np.zeros(len(v.index), np.int32), -1)
+                    for v in splits])
+  domains = ds.domains_train is not None and fedbn_owner  # FedBN's mean over domains
+  domain = (np.stack([pad(ds.domains_train[v.index], 0) for v in splits]) if domains
+            else np.zeros_like(index))
+  num_domains = int(ds.domains_train.max()) + 1 if domains else 1
+  sums = _domain_sums(exp.model.apply, cfg.eval_batch_size, num_domains, norm, fedbn_owner)
+
+  def all_runs(state, inputs):
+    rows = state.clients['fedbn']['norms'] if fedbn_owner else state.params
+    loss, correct, count = engine.over_runs(
+        lambda p, r, s, i, y, d, o: sums(p, r, i, exp.scenario.relabel(s, y), d, o,
+                                         source=inputs['source']),
+        (state.params, rows, state.scenario, inputs['index'], inputs['y'], inputs['domain'],
+         inputs['owner']), study.width)
+    out = _summarise(loss, correct, count, protocol, False)
+    return {'val_loss': out['loss'], 'val_accuracy': out['accuracy']}
+
+  inputs = {'source': study.data.x, 'index': jnp.asarray(index, jnp.int32),
+            'y': jnp.asarray(np.asarray(ds.y_train)[index], jnp.int32),
+            'domain': jnp.asarray(domain, jnp.int32), 'owner': jnp.asarray(owner, jnp.int32)}
+  return jax.jit(all_runs), inputs
+
+
+def _make_local_validation(study):
+  """_make_validation under --eval_protocol=local: client i's own model on the validation
+  examples carved from its data; accuracy and loss are the unweighted means over the clients
+  that hold some (as the local protocol's test accuracy)."""
+  exp = study.experiments[0]
+  ds, norm = exp.dataset, exp.pipeline.norm if exp.pipeline is not None else None
+  runs = jax.tree.leaves(study.state.params)[0].shape[0]
+  splits = [e.validation for e in study.experiments]
+  splits += [splits[-1]] * (runs - len(splits))
+  clients = len(exp.train_parts)
+  per_client = [[v.index[v.owner == c] for c in range(clients)] for v in splits]
+  width = max(1, max(len(p) for run in per_client for p in run))
+  index = np.stack([[np.pad(p, (0, width - len(p))) for p in run] for run in per_client])
+  count = np.array([[len(p) for p in run] for run in per_client], np.int32)
+  y_train = np.asarray(ds.y_train)
+
+  def one_client(args, source):
+    params, rows, y, n = args
+    logits = exp.model.apply(params, input_pipeline.preprocess(source[rows], norm))
+    mask = (jnp.arange(rows.shape[0]) < n).astype(jnp.float32)
+    losses = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1)[:, 0]
+    correct = (jnp.argmax(logits, -1) == y).astype(jnp.float32)
+    n = jnp.maximum(n, 1)
+    return (losses * mask).sum() / n, (correct * mask).sum() / n
+
+  def all_runs(state, inputs):
+    loss, acc = engine.over_runs(
+        lambda m, s, i, y, c: jax.lax.map(
+            lambda a: one_client(a, inputs['source']),
+            (m, i, exp.scenario.relabel(s, y), c)),
+        (state.clients['local_only']['params'], state.scenario, inputs['index'], inputs['y'],
+         inputs['count']), study.width)
+    present = (inputs['count'] > 0).astype(jnp.float32)
+    n = jnp.maximum(present.sum(-1), 1)
+    return {'val_loss': (loss * present).sum(-1) / n,
+            'val_accuracy': (acc * present).sum(-1) / n}
+
+  inputs = {'source': study.data.x, 'index': jnp.asarray(index, jnp.int32),
+            'y': jnp.asarray(y_train[index], jnp.int32), 'count': jnp.asarray(count)}
+  return jax.jit(all_runs), inputs
+
+
+def _make_test(study) -> Evaluator:
+  """make's test-set half."""
   cfg, exp = study.config, study.experiments[0]
   norm = exp.pipeline.norm if exp.pipeline is not None else None
   ds, protocol = exp.dataset, resolve(exp.config)
@@ -159,7 +270,9 @@ def _domain_sums(apply_fn, batch_size, num_domains, norm, per_client):
 
     return jax.vmap(one)(mine, xb)
 
-  def sums(params, rows, x, y, domain, owner):
+  def sums(params, rows, x, y, domain, owner, source=None):
+    # source: x holds indices into it (a validation split of the training examples), each
+    # batch gathered as it is used.
     n = x.shape[0]
     b = min(batch_size, n)
     padded = -(-n // b) * b
@@ -169,6 +282,7 @@ def _domain_sums(apply_fn, batch_size, num_domains, norm, per_client):
 
     def one(args):
       xb, yb, db, ob, vb = args
+      xb = xb if source is None else source[xb]
       logits = logits_of(params, rows, input_pipeline.preprocess(xb, norm), ob)
       losses = -jnp.take_along_axis(jax.nn.log_softmax(logits), yb[:, None], 1)[:, 0]
       correct = (jnp.argmax(logits, -1) == yb)

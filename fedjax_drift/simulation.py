@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, hardware, inputs,
-                          interrupts, metrics, models, personalize, report, rundir)
+                          interrupts, metrics, models, personalize, report, rundir, stats)
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -391,9 +391,11 @@ class _Progress:
         continue
       self.best[r] = max(self.best.get(r, -1.0), float(accs[r]))
       domains = dict(zip(columns, map(float, result['domain_accuracy'][r]))) if columns else {}
+      val = ({'val_accuracy': float(result['val_accuracy'][r]),
+              'val_loss': float(result['val_loss'][r])} if 'val_accuracy' in result else {})
       self.eval_rows.append({'run': r, 'round': done, 'test_accuracy': float(accs[r]),
                              'test_loss': float(losses[r]), 'best_accuracy': self.best[r],
-                             **domains, 'elapsed_s': elapsed})
+                             **val, **domains, 'elapsed_s': elapsed})
 
 
 def _loop(study, compiled, out, log):
@@ -543,6 +545,8 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
       'run_dir': out.run_dir,
       'runs': per_run, 'grid_points': _grid_summaries(study, per_run),
   }
+  if len(summary['grid_points']) > 1:
+    summary['selected'] = _selected(cfg, summary['grid_points'])
   if cfg.personalize == 'calibrate' and distributed.is_writer():
     _personalize_all(study, state, per_run, out.run_dir, log)
   if len(study.runs) == 1:
@@ -569,10 +573,15 @@ def _run_summary(study, prog, spec):
     rnd, client = prog.diverged[spec.index]
     keys = ('final_accuracy', 'final_loss', 'best_accuracy', 'mean_best_accuracy',
             'last10_mean_accuracy', 'rounds_to_target')
+    keys += stats.VALIDATION_KEYS if cfg.val_fraction else ()
     return {**base, 'status': 'diverged', 'diverged_round': rnd, 'diverged_client': client,
             **{k: None for k in keys}}
   summary = metrics.summarize([r['round'] for r in rows], [r['test_accuracy'] for r in rows],
                               [r['test_loss'] for r in rows], cfg.rounds, cfg.target_accuracy)
+  if cfg.val_fraction:  # runs.csv gains the validation curve's metrics
+    summary.update(stats.validation_summary([r['round'] for r in rows],
+                                            [r['test_accuracy'] for r in rows],
+                                            [r['val_accuracy'] for r in rows], cfg.rounds))
   domains = {k: v for k, v in rows[-1].items() if k.startswith('acc_domain_')}
   if domains:  # metrics.csv has every evaluation's; the summary keeps the final ones
     summary['final_domain_accuracy'] = domains
@@ -592,23 +601,46 @@ def _concept_shifts(prog, run):
 
 
 def _grid_summaries(study, per_run):
-  """Per grid point: mean and std over its seeds that did not diverge."""
+  """Per grid point: mean, std (ddof=0: the spread of these seeds) and the 95% t-interval
+  ('ci95': [lo, hi], None with one seed; stats.interval) over its seeds that did not
+  diverge."""
   groups = []
   for point in _points(study):
     mine = [r for r in per_run if all(r[k] == v for k, v in point.items())]
     ok = [r for r in mine if r['status'] == 'ok']
     stats = {'grid_point': point, 'seeds': len(mine),
              'diverged': len(mine) - len(ok)}
-    for key in ('final_accuracy', 'best_accuracy', 'last10_mean_accuracy',
-                'mean_best_accuracy'):
-      values = np.array([r[key] for r in ok], np.float64)
-      stats[key] = ({'mean': float(values.mean()), 'std': float(values.std())} if ok
-                    else {'mean': None, 'std': None})
+    keys = ('final_accuracy', 'best_accuracy', 'last10_mean_accuracy', 'mean_best_accuracy')
+    for key in keys + (_VALIDATION_KEYS if study.config.val_fraction else ()):
+      stats[key] = _seed_stats([r[key] for r in ok])
     reached = [r['rounds_to_target'] for r in ok if r['rounds_to_target'] is not None]
     stats['rounds_to_target'] = {'reached': f'{len(reached)}/{len(mine)}',
                                  'mean': float(np.mean(reached)) if reached else None}
     groups.append(stats)
   return groups
+
+
+_VALIDATION_KEYS = stats.VALIDATION_KEYS
+
+
+def _seed_stats(values):
+  """{'mean', 'std', 'ci95'} of one metric over seeds (all None without values)."""
+  if not values:
+    return {'mean': None, 'std': None, 'ci95': None}
+  ci = stats.interval(values)
+  return {'mean': ci['mean'], 'std': float(np.std(values)),
+          'ci95': None if ci['lo'] is None else [ci['lo'], ci['hi']]}
+
+
+def _selected(cfg, groups):
+  """summary.json 'selected': the grid point with the best mean last-10% accuracy on the
+  validation split (--select_on=validation) or on the test set (test), over the seeds that
+  did not diverge."""
+  on = cfg.resolved_select_on()
+  key = ('val_' if on == 'validation' else '') + 'last10_mean_accuracy'
+  chosen = stats.best_point(groups, lambda g: g[key]['mean'])
+  return {'select_on': on, 'by': key,
+          'grid_point': chosen['grid_point'] if chosen is not None else None}
 
 
 def _points(study):
@@ -664,6 +696,10 @@ def _report_end(study, summary, per_run, total_s, compile_s, log):
           f'{g["final_accuracy"]["std"]:.4f}, best {g["best_accuracy"]["mean"]:.4f} +- '
           f'{g["best_accuracy"]["std"]:.4f} over {g["seeds"] - g["diverged"]} seed(s)'
           + (f' ({g["diverged"]} diverged)' if g['diverged'] else ''))
+    chosen = summary.get('selected')
+    if chosen and chosen['grid_point'] is not None:
+      log(f'selected on {chosen["select_on"]} ({chosen["by"]}): '
+          f'{_label(chosen["grid_point"], cfg)}')
     log(f'done: {len(per_run)} runs; {timing} -> {summary["run_dir"]}')
   bad = [r for r in per_run if r['status'] == 'diverged']
   if bad and not ok:

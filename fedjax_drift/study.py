@@ -54,6 +54,14 @@ class Experiment(NamedTuple):
   server_data: Any           # FedGKD-Vote's validation split, or None
   scenario: Any              # data/scenarios.Scenario
   pipeline: Any = None       # data/pipeline.Pipeline: augmentation, normalisation, dropout
+  validation: Any = None     # Validation (--val_fraction), or None
+
+
+class Validation(NamedTuple):
+  """A run's validation split (--val_fraction): examples of the training set no client
+  trains on."""
+  index: np.ndarray  # int64 [M]: indices into dataset.x_train, sorted by owner then index
+  owner: np.ndarray  # int32 [M]: the client each example was carved from; -1 = the server's
 
 
 class Study(NamedTuple):
@@ -104,6 +112,7 @@ class _Shared(NamedTuple):
 def _load(config) -> _Shared:
   algorithms.recipe(config)  # fail on a bad --algo / --local_terms before any work
   evaluation.resolve(config)  # and on an --eval_protocol the algorithm cannot give
+  evaluation.check_validation(config)  # or a validation split it cannot score
   dataset = sources.load(config.dataset, config.data_dir or None,
                          **sources.load_options(config))
   _check_structure(config, dataset)
@@ -127,16 +136,18 @@ def _check_structure(config, dataset):
                          'it has none (an npz gives them as <column>_train arrays)'))
 
 
-def _validation_split(config, dataset, norm=None):
+def _validation_split(config, dataset, norm=None, pool=None):
   """FedGKD-Vote's server validation split: --vote_val_size training examples, seeded.
 
   Returns (kept example indices, server_data or None). Clients are partitioned over the kept
   examples only. With a file partition, validation examples come from examples no client
-  holds (the file's indices refer to the full training set).
+  holds (the file's indices refer to the full training set). pool: the training examples
+  to draw from (default all; less the --val_source=server split).
   """
   n = len(dataset.y_train)
+  pool = np.arange(n) if pool is None else pool
   if not algorithms.needs_validation(config):
-    return np.arange(n), None
+    return pool, None
   size, rng = config.vote_val_size, np.random.default_rng(config.seed + 104729)
   if config.partition.startswith('file:'):
     used = np.concatenate(partitions.from_file(config.partition[5:], n))
@@ -146,19 +157,25 @@ def _validation_split(config, dataset, norm=None):
                       f'client of --partition={config.partition}')
     val, keep = rng.choice(free, size, replace=False), np.arange(n)
   else:
-    if size >= n:
-      raise UserError(f'--vote_val_size={size} must be smaller than the {n} training examples')
-    perm = rng.permutation(n)
-    val, keep = perm[:size], np.sort(perm[size:])
+    if size >= len(pool):
+      raise UserError(f'--vote_val_size={size} must be smaller than the {len(pool)} training '
+                      'examples' + (' left by --val_fraction' if len(pool) < n else ''))
+    perm = rng.permutation(len(pool))  # with the whole pool: the draw before --val_fraction
+    val, keep = pool[perm[:size]], np.sort(pool[perm[size:]])
+
   server_data = {'x_val': input_pipeline.preprocess(jnp.asarray(dataset.x_train[val]), norm),
                  'y_val': jnp.asarray(dataset.y_train[val])}
   return keep, server_data
 
 
 def _partition(config, shared):
-  """(train parts as indices into the full training set, test parts or None, server data)."""
+  """(train parts as indices into the full training set, test parts or None, server data,
+  Validation or None)."""
   ds = shared.dataset
-  keep, server_data = _validation_split(config, ds, shared.norm)
+  pool, server_val = np.arange(len(ds.y_train)), None
+  if config.val_fraction and config.val_source == 'server':  # first: the same for every method
+    server_val, pool = partitions.server_holdout(pool, config.val_fraction, config.seed)
+  keep, server_data = _validation_split(config, ds, shared.norm, pool)
   test_parts = None
   if config.partition == 'domains':
     parts, test_parts, _ = domains.domain_partition(
@@ -175,15 +192,32 @@ def _partition(config, shared):
     parts = partitions.partition(config.partition, ds.y_train[keep], config.num_clients,
                                  config.seed, config.classes_per_client, config.dirichlet_alpha)
   parts = [keep[p] for p in parts]
+  if config.test_partition == 'like_train' and test_parts is None:  # domains: split by domain
+    # From the clients' whole parts, so the test split does not depend on --val_fraction.
+    test_parts = partitions.partition_like(parts, ds.y_train, ds.y_test, config.seed,
+                                           ds.num_classes)
+  parts, validation = _carve_validation(config, parts, server_val)
   if config.clients_per_round > len(parts):
     raise UserError(f'--clients_per_round={config.clients_per_round} exceeds the '
                     f'{len(parts)} clients of --partition={config.partition}')
   if config.cohort_sampler == 'cover_classes':
     _check_cover_possible(config, ds, parts)
-  if config.test_partition == 'like_train' and test_parts is None:  # domains: split by domain
-    test_parts = partitions.partition_like(parts, ds.y_train, ds.y_test, config.seed,
-                                           ds.num_classes)
-  return parts, test_parts, server_data
+  return parts, test_parts, server_data, validation
+
+
+def _carve_validation(config, parts, server_val):
+  """(the parts clients train on, Validation or None) for --val_fraction/--val_source."""
+  if not config.val_fraction:
+    return parts, None
+  if server_val is not None:
+    return parts, Validation(server_val, np.full(len(server_val), -1, np.int32))
+  parts, held = partitions.client_holdout(parts, config.val_fraction, config.seed)
+  owner = np.concatenate([np.full(len(h), i, np.int32) for i, h in enumerate(held)])
+  index = np.concatenate(held)
+  if not len(index):
+    raise UserError(f'--val_fraction={config.val_fraction} holds out no example: every '
+                    'client has too few; raise it or use --val_source=server')
+  return parts, Validation(index, owner)
 
 
 def _check_cover_possible(config, dataset, parts):
@@ -206,7 +240,7 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
   if config.scenario == 'longtail_stateless' and algorithms.needs_validation(config):
     raise UserError('--scenario=longtail_stateless draws clients from the whole training set, '
                     'so FedGKD-Vote\'s validation split cannot be held out of it')
-  train_parts, test_parts, server_data = _partition(config, shared)
+  train_parts, test_parts, server_data, validation = _partition(config, shared)
   model = models.get(config.model, ds.num_classes, ds.x_train.shape[1:], config.init,
                      algorithms.projection_dim(config), conv_impl=config.conv_impl,
                      projection_hidden=config.projection_hidden, dropout=config.dropout,
@@ -238,7 +272,7 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
                                config.devices, scenario, pipeline)
   return Experiment(config, ds, train_parts, test_parts, model, algo, data, state, round_fn,
                     schedule, max_local_steps, chunk, strategy, server_data, scenario,
-                    pipeline)
+                    pipeline, validation)
 
 
 def _parallelism(config, model):

@@ -222,3 +222,44 @@ def partition_like(train_parts, train_labels, test_labels, seed, num_classes):
     for i, chunk in enumerate(np.split(idx, cuts)):
       parts[i].append(chunk)
   return [np.sort(np.concatenate(p)) if p else np.zeros(0, np.int64) for p in parts]
+
+
+# A validation split (--val_fraction) has its own random stream, apart from the partition's,
+# so it is the same for every method run with the same seed (methods stay paired).
+_VAL_STREAM = 15485863
+
+
+def holdout_count(n, fraction):
+  """How many of n examples a validation share takes: round(fraction * n), keeping at least
+  one example for training (0 when fraction is 0 or n <= 1)."""
+  return int(min(round(fraction * n), max(n - 1, 0))) if fraction > 0 else 0
+
+
+def client_holdout(parts, fraction, seed):
+  """--val_source=clients: each client keeps holdout_count(n_i) of its examples apart.
+
+  Args: parts, per-client index arrays (into the training set); fraction; the run seed.
+  Returns (train parts, validation parts): both lists of sorted index arrays, one per client,
+  disjoint, their union each client's part. Client i's draw uses its own fold of the seed, so
+  it depends only on the seed and that client's examples.
+  """
+  train, val = [], []
+  for i, part in enumerate(parts):
+    part = np.asarray(part, np.int64)
+    rng = np.random.default_rng([seed, _VAL_STREAM, i])
+    held = rng.permutation(len(part))[:holdout_count(len(part), fraction)]
+    mask = np.zeros(len(part), bool)
+    mask[held] = True
+    train.append(part[~mask])
+    val.append(part[mask])
+  return train, val
+
+
+def server_holdout(keep, fraction, seed):
+  """--val_source=server: a seeded slice of the pooled training examples `keep`, held out
+  before partitioning. Returns (validation indices, the rest), both sorted."""
+  keep = np.asarray(keep, np.int64)
+  rng = np.random.default_rng([seed, _VAL_STREAM])
+  perm = rng.permutation(len(keep))
+  size = max(holdout_count(len(keep), fraction), 1)
+  return np.sort(keep[perm[:size]]), np.sort(keep[perm[size:]])

@@ -1,0 +1,238 @@
+"""Results tables from run directories: per-run metrics, grid selection, statistics over seeds.
+
+The pieces, in the order a table is built (experiments/presets.py runs them per method):
+  read_runs(run_dir, grid_names, seed)   -> [Run]: each run's test (and validation) curve
+  run_metrics(curve, rounds, target, at) -> final / best / best_half / last10 / ... of one curve
+  summarise(runs, rounds, target, at)    -> per grid point: each metric's mean, std and 95%
+                                            t-interval over seeds, and its value per seed
+  select(points, metric, select_on)      -> the grid point a protocol picks
+  differences(rows, metric, references)  -> each method's paired difference to references
+  markdown(results)                      -> the tables, each saying what it reports
+
+Reported metrics (stats.METRICS): final, best, best up to half the rounds, last-10% mean (all
+of the test accuracy), and, with a validation split, the test accuracy at the evaluation with
+the best validation accuracy. Round 0 (the initial model) is not counted.
+"""
+import csv
+import math
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+from fedjax_drift import stats
+
+COLUMNS = ('final', 'best', 'best_half', 'last10')
+HEADERS = {'final': 'final', 'best': 'best', 'best_half': 'best by half budget',
+           'last10': 'last-10% mean', 'at_best_val': 'at best validation'}
+
+
+class Run(NamedTuple):
+  seed: int
+  point: dict        # grid values
+  curve: list        # [(round, test accuracy)], in round order
+  val_curve: list    # [(round, validation accuracy)], [] without a validation split
+
+
+def _csv(path):
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def read_runs(run_dir, grid_names=(), seed=0) -> list:
+  """[Run] of a run directory: runs.csv (seed and grid values per run) joined with
+  metrics.csv (one row per run and evaluation). grid_names: the swept flags; seed: the seed of
+  a directory whose metrics.csv has no run column."""
+  metrics = _csv(os.path.join(run_dir, 'metrics.csv'))
+  info = {r['run']: r for r in _csv(os.path.join(run_dir, 'runs.csv'))}
+  rows = ([{**info.get(r['run'], {}), **r} for r in metrics] if metrics and 'run' in metrics[0]
+          else [dict(r, run='0', seed=str(seed)) for r in metrics])
+  out = {}
+  for r in rows:
+    key = r.get('run', '0')
+    if key not in out:
+      out[key] = Run(int(float(r.get('seed', seed))), {k: float(r[k]) for k in grid_names},
+                     [], [])
+    out[key].curve.append((int(r['round']), float(r['test_accuracy'])))
+    if r.get('val_accuracy') not in (None, ''):
+      out[key].val_curve.append((int(r['round']), float(r['val_accuracy'])))
+  return [run._replace(curve=sorted(run.curve), val_curve=sorted(run.val_curve))
+          for run in out.values()]
+
+
+def run_metrics(curve, rounds, target, at=()):
+  """final, best, best up to half the budget (FedFOR Table 2), last-10% mean (IGFL), rounds
+  to the target accuracy, and accuracy at the rounds `at` (FedGKD Table 6), from one run's
+  evaluations [(round, accuracy)] (round 0, the initial model, is left out)."""
+  acc = {t: a for t, a in curve if t > 0}
+  ts = sorted(acc)
+  last = [acc[t] for t in ts if t > rounds - max(1, math.ceil(rounds / 10))] or [acc[ts[-1]]]
+  half = [acc[t] for t in ts if t <= rounds // 2] or [float('nan')]
+  reached = [t for t in ts if acc[t] >= target]
+  return {'final': acc[ts[-1]], 'best': max(acc.values()), 'best_half': max(half),
+          'last10': float(np.mean(last)), 'rounds_to_target': reached[0] if reached else None,
+          'at': {t: acc.get(t, float('nan')) for t in at}}
+
+
+def at_best_validation(curve, val_curve):
+  """The test accuracy at the first evaluation (round > 0) with the best validation accuracy."""
+  val = {t: a for t, a in val_curve if t > 0}
+  test = dict(curve)
+  peak = max(sorted(val), key=lambda t: val[t])  # first of equals: sorted, max keeps the first
+  return test[peak]
+
+
+def _stat(values):
+  """{'mean', 'std' (ddof=0: the spread of these seeds), 'lo', 'hi', 'n'} (stats.interval)."""
+  ci = stats.interval(values)
+  finite = [v for v in values if v is not None and math.isfinite(v)]
+  return {**ci, 'std': float(np.std(finite)) if finite else None}
+
+
+def summarise(runs, rounds, target, at=()):
+  """Per grid point of `runs` ([Run]): for each metric its _stat over the seeds and its value
+  per seed ('per_seed': {metric: {seed: value}}, for paired differences); 'val': the same
+  metrics of the validation curve (selection), when there is one; the mean curve."""
+  points = {}
+  for run in runs:
+    points.setdefault(tuple(sorted(run.point.items())), []).append(run)
+  out = []
+  for key, mine in points.items():
+    ms = [run_metrics(r.curve, rounds, target, at) for r in mine]
+    has_val = all(r.val_curve for r in mine)
+    if has_val:
+      for m, r in zip(ms, mine):
+        m['at_best_val'] = at_best_validation(r.curve, r.val_curve)
+    names = COLUMNS + (('at_best_val',) if has_val else ())
+    point = {'grid_point': dict(key), 'seeds': [r.seed for r in mine]}
+    point.update({k: _stat([m[k] for m in ms]) for k in names})
+    point['per_seed'] = {k: {r.seed: m[k] for r, m in zip(mine, ms)} for k in names}
+    point['at'] = {t: _stat([m['at'][t] for m in ms]) for t in at}
+    reached = [m['rounds_to_target'] for m in ms if m['rounds_to_target'] is not None]
+    point['rounds_to_target'] = {'reached': f'{len(reached)}/{len(ms)}',
+                                 'mean': float(np.mean(reached)) if reached else None}
+    if has_val:
+      vms = [run_metrics(r.val_curve, rounds, target) for r in mine]
+      point['val'] = {k: _stat([m[k] for m in vms]) for k in COLUMNS}
+    rounds_ = [t for t, _ in mine[0].curve]
+    acc = np.array([[a for _, a in r.curve] for r in mine])
+    point['curve'] = [(t, float(m), float(s)) for t, m, s in zip(rounds_, acc.mean(0),
+                                                                 acc.std(0))]
+    out.append(point)
+  return out
+
+
+def select(points, metric, select_on):
+  """(chosen point, the point selection on test would choose) among summarise's points:
+  the best mean `metric` on the validation split (select_on='validation'; points without a
+  validation split fall back to test, which the caller labels) or on the test set."""
+  on_test = stats.best_point(points, lambda p: p[metric]['mean'])
+  if select_on != 'validation' or any('val' not in p for p in points):
+    return on_test, on_test
+  return stats.best_point(points, lambda p: p['val'][metric]['mean']), on_test
+
+
+def differences(rows, metric, references):
+  """{method: {reference: stats.paired_difference}} of `metric` over the seeds each method
+  shares with each reference method (a label in rows; a method is not compared with itself).
+  rows: one scenario's results entries (each with 'method' and 'per_seed')."""
+  by = {r['method']: r['per_seed'][metric] for r in rows}
+  return {r['method']: {ref: stats.paired_difference(by[r['method']], by[ref])
+                        for ref in references if ref in by and ref != r['method']}
+          for r in rows}
+
+
+def reference_methods(methods, paper):
+  """The labels a table compares every method with: FedAvg (the method whose algorithm is
+  fedavg) and the paper's own method (the label named as the paper, else the first label
+  containing that name; the paper's name is its first word, e.g. 'FedADC (Ozfatura ...)').
+  methods: {label: algorithm}. Missing ones are left out."""
+  refs = [label for label, algo in methods.items() if algo == 'fedavg'][:1]
+  family = paper.split()[0].lower()
+  own = [label for label in methods if label.lower() == family] or \
+      [label for label in methods if family in label.lower()]
+  return refs + [label for label in own[:1] if label not in refs]
+
+
+def _cell(stat):
+  return stats.fmt_interval(stat)
+
+
+def protocol_lines(results) -> list:
+  """The sentences that say how points were chosen and what the cells are."""
+  sel = results.get('selection', {})
+  metric = results['metric']
+  used = {r.get('select_on', 'test') for rows in results['scenarios'].values() for r in rows}
+  lines = []
+  for on in ('validation', 'test'):
+    if on in used:
+      lines.append(stats.selection_label(on, sel.get('val_fraction', 0.0),
+                                         sel.get('val_source', 'clients'), metric))
+  if sel.get('select_on') == 'validation' and 'test' in used:
+    lines.append('Runs marked "test" in the selected-on column could not hold a validation '
+                 f'split out ({sel.get("fallback", "see the notes")}), so they fall back to the '
+                 'papers\' protocol.')
+  shown = COLUMNS + (('at_best_val',) if any('at_best_val' in r for rows in
+                                             results['scenarios'].values() for r in rows) else ())
+  lines.append('Cells: mean [95% t-interval] over the seeds of the test accuracy: '
+               + '; '.join(f'{HEADERS[k]} = {stats.METRICS[k]}' for k in shown)
+               + f'. Rows are ranked by {HEADERS.get(metric, metric)}.')
+  return lines
+
+
+def markdown(results) -> str:
+  """Every scenario of a preset's results (experiments/presets.py run_preset): the results
+  table, then the paired differences of the reported metric to the reference methods."""
+  metric = results['metric']
+  lines = [f'### Results, mode `{results["mode"]}`, {results["date"]}', '']
+  lines += [' '.join(protocol_lines(results)), '']
+  if results.get('cuts'):
+    lines += [f'Departures from the paper ({results["mode"]} mode): '
+              + '; '.join(results['cuts']) + '.', '']
+  for scen, rows in results['scenarios'].items():
+    lines += [f'#### {scen}', ''] + _results_rows(rows, metric)
+    refs = results.get('references') or []
+    diffs = differences(rows, metric, refs) if refs else {}
+    shown = [ref for ref in refs if any(ref in d for d in diffs.values())]
+    if shown:
+      lines += ['', f'Paired differences in {HEADERS.get(metric, metric)} (method − reference, '
+                'over the seeds both ran: same partitions, validation split and initial '
+                'model), mean [95% t-interval]; "within noise" when the interval holds 0.', '',
+                '| method | ' + ' | '.join(f'− {ref}' for ref in shown) + ' |',
+                '|---|' + '---|' * len(shown)]
+      for r in sorted(rows, key=lambda r: -_mean(r[metric])):
+        lines.append(f'| {r["method"]} | ' + ' | '.join(
+            stats.fmt_difference(diffs[r['method']].get(ref)) for ref in shown) + ' |')
+    lines.append('')
+  return '\n'.join(lines) + '\n'
+
+
+def _mean(stat):
+  return stat['mean'] if stat.get('mean') is not None else -math.inf
+
+
+def _results_rows(rows, metric):
+  at = list(rows[0].get('at', {}))
+  val = any('at_best_val' in r for r in rows)
+  cols = list(COLUMNS) + (['at_best_val'] if val else [])
+  lines = ['| method | chosen | selected on | chosen on test | seeds | '
+           + ' | '.join(HEADERS[k] for k in cols) + ' | rounds to target (reached) |'
+           + ''.join(f' round {t} |' for t in at),
+           '|---|---|---|---|---|' + '---|' * (len(cols) + 1) + '---|' * len(at)]
+  for r in sorted(rows, key=lambda r: -_mean(r[metric])):
+    rt = r['rounds_to_target']
+    reach = (f'{rt["mean"]:.0f} ({rt["reached"]})' if rt['mean'] is not None
+             else f'– ({rt["reached"]})')
+    on_test = r.get('chosen_on_test', r['chosen'])
+    same = on_test == r['chosen']
+    lines.append(f'| {r["method"]} | {_point(r["chosen"])} | {r.get("select_on", "test")} | '
+                 f'{"same" if same else _point(on_test)} | {len(r["seeds"])} | '
+                 + ' | '.join(_cell(r.get(k)) for k in cols) + f' | {reach} |'
+                 + ''.join(f' {_cell(r["at"][t])} |' for t in at))
+  return lines
+
+
+def _point(point):
+  return ', '.join(f'{k}={v:g}' for k, v in point.items()) or '–'
