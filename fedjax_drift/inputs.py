@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import os
 
-from fedjax_drift.data import hub, multidomain, sources
+from fedjax_drift.data import hub, multidomain, sources, text
 from fedjax_drift.errors import UserError
 
 
@@ -16,8 +16,11 @@ def _absolute_flag(name, value):
   """A path flag's value with its path made absolute; other values unchanged."""
   if not isinstance(value, str) or not value:
     return value
-  if name == 'dataset' and value.startswith('npz:'):
-    return 'npz:' + os.path.abspath(value[4:])
+  if name == 'dataset' and value.startswith(('npz:', 'text:')):
+    prefix, _, path = value.partition(':')
+    return f'{prefix}:{os.path.abspath(path)}'
+  if name in ('tokenizer', 'pretrained') and value != 'auto':
+    return os.path.abspath(value)
   if name == 'dataset' and value.startswith('hf:') and os.path.isdir(value[3:]):
     return 'hf:' + os.path.abspath(value[3:])  # a save_to_disk folder, not a hub name
   if name == 'partition' and value.startswith('file:'):
@@ -28,15 +31,17 @@ def _absolute_flag(name, value):
 
 
 def absolute_flags(values: dict) -> dict:
-  """{flag: value} with the paths of --dataset=npz:, --partition=file:, --data_dir,
-  --save_params, --init_params and --out made absolute."""
+  """{flag: value} with the paths of --dataset=npz: and text:, --partition=file:, --data_dir,
+  --save_params, --init_params, --tokenizer, --pretrained and --out made absolute."""
   return {k: _absolute_flag(k, v) for k, v in values.items()}
 
 
 def absolutize(config):
   """The Config with every path flag absolute (see absolute_flags)."""
-  names = ('dataset', 'partition', 'data_dir', 'save_params', 'out', 'init_params')
-  return dataclasses.replace(config, **absolute_flags({n: getattr(config, n) for n in names}))
+  names = ('dataset', 'partition', 'data_dir', 'save_params', 'out', 'init_params',
+           'tokenizer', 'pretrained')
+  return dataclasses.replace(config, **absolute_flags({n: getattr(config, n) for n in names
+                                                       if hasattr(config, n)}))
 
 
 def _dataset_files(dataset, data_dir):
@@ -45,6 +50,9 @@ def _dataset_files(dataset, data_dir):
     return [sources.EMBEDDED_PATH]
   if dataset.startswith('npz:'):
     return [dataset[4:]]
+  if dataset.startswith('text:'):
+    path = dataset[len('text:'):]
+    return _files_under(path) if os.path.isdir(path) else [path]
   if dataset.startswith('hf:'):  # a save_to_disk folder's files (the local cache: by name)
     folder = hub.saved_folder(dataset[3:], data_dir)
     return _files_under(folder) if folder else []
@@ -68,6 +76,14 @@ def _dataset_files(dataset, data_dir):
             + [os.path.join(data_dir, 'usps', 'usps.npz')])
   if dataset in multidomain.DATASETS:
     return multidomain.input_files(dataset, data_dir)
+  if dataset == 'ag_news':
+    return ([os.path.join(data_dir, text.AG_NEWS_ARCHIVE)]
+            + [os.path.join(data_dir, n) for n in ('train.csv', 'test.csv', 'classes.txt')]
+            + _files_under(os.path.join(data_dir, text.AG_NEWS_FOLDER)))
+  if dataset == 'sst5':
+    return ([os.path.join(data_dir, text.SST5_ARCHIVE)]
+            + [os.path.join(data_dir, n) for n in text.SST5_SPLITS.values()]
+            + _files_under(os.path.join(data_dir, 'trees')))
   return []
 
 
@@ -86,6 +102,9 @@ def input_files(config) -> list:
     files.append(('--partition', config.partition[5:]))
   if getattr(config, 'init_params', ''):
     files.append(('--init_params', config.init_params))
+  if getattr(config, 'tokenizer', 'auto') not in ('', 'auto'):  # text: the tokenizer's files
+    tok = config.tokenizer
+    files += [('--tokenizer', p) for p in (_files_under(tok) if os.path.isdir(tok) else [tok])]
   return [(flag, os.path.abspath(p)) for flag, p in files]
 
 

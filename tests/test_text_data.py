@@ -324,3 +324,44 @@ def test_registry_lists_the_text_datasets():
   listed = catalog.values('dataset')
   assert {'ag_news', 'sst5', 'text:PATH'} <= set(listed)
   assert {'ag_news', 'sst5'} <= set(sources.IMPORTABLE)
+
+
+def test_run_inputs_fingerprint_text_files_and_tokenizer(tmp_path, monkeypatch):
+  from fedjax_drift import inputs  # pylint: disable=g-import-not-at-top
+  layouts.write_text_files(str(tmp_path / 'reviews'))
+  layouts.write_sst5_zip(str(tmp_path / 'sst'))
+  _vocab_txt(str(tmp_path / 'tok'), lower=True)
+  monkeypatch.chdir(tmp_path)
+  config = inputs.absolutize(fedjax_drift.Config(dataset='text:reviews', tokenizer='tok'))
+  assert config.dataset == f'text:{tmp_path / "reviews"}'
+  assert config.tokenizer == str(tmp_path / 'tok')
+  files = {os.path.basename(e['path']) for e in inputs.fingerprint(config)['files']}
+  assert files == {'train.csv', 'test.csv', 'vocab.txt', 'tokenizer_config.json'}
+  config = fedjax_drift.Config(dataset='sst5', data_dir=str(tmp_path / 'sst'))
+  assert [os.path.basename(e['path']) for e in inputs.fingerprint(config)['files']] == [
+      'trainDevTestTrees_PTB.zip']
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.mark.slow
+def test_official_layouts_imported_and_trained_for_a_round(tmp_path):
+  """The CLI end to end: both archives imported, then AG News from --data_dir trains a
+  round of text_bag with a trained WordPiece vocabulary."""
+  layouts.write_ag_news_tgz(str(tmp_path / 'dl'), per_class=6)
+  layouts.write_sst5_zip(str(tmp_path / 'dl' / 'sst'))
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  steps = [[sys.executable, '-m', 'fedjax_drift.data.prepare', 'import', str(tmp_path / 'dl')],
+           [sys.executable, 'experiments/run.py', '--dataset=ag_news',
+            f'--data_dir={tmp_path / "dl"}', '--model=text_bag', '--rounds=1',
+            '--num_clients=4', '--clients_per_round=2', '--vocab_size=200',
+            '--max_seq_len=32', '--progress=false', f'--out={tmp_path / "run"}']]
+  for argv in steps:
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+  assert {'ag_news', 'sst5'} <= {n for n in text.IMPORTABLE
+                                 if os.path.exists(sources.imported_path(n))}
+  summary = json.loads(open(tmp_path / 'run' / 'summary.json').read())
+  assert '24 train' in result.stdout and summary
