@@ -418,6 +418,12 @@ def selection_overrides(select_on='validation', val_fraction=None):
   return {'val_fraction': 0.0} if select_on == 'test' else {}
 
 
+def _split_values(preset, replace):
+  """{'val_fraction', 'val_source'} the preset's runs use (before NO_SPLIT's fallback)."""
+  values = {**SELECTION, **{k: v for k, (v, _) in preset['setting'].items()}, **replace}
+  return {k: values[k] for k in ('val_fraction', 'val_source')}
+
+
 def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out_root=None,
                only=None, overwrite=False, log=print, select_on='validation',
                val_fraction=None):
@@ -449,8 +455,7 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
              'metric': preset['metric'], 'cuts': cuts(name, mode, rounds, seeds) + changed +
              ([f'pending, not run: {", ".join(skipped)}'] if skipped else []),
              'date': time.strftime('%Y-%m-%d'), 'scenarios': {},
-             'selection': {'select_on': select_on, **{k: live[0][2].__dict__[k] for k in
-                                                       ('val_fraction', 'val_source')},
+             'selection': {'select_on': select_on, **_split_values(preset, replace),
                            'fallback': NO_SPLIT},
              'references': tables.reference_methods(
                  {label: m['algo'] for label, m in preset['methods'].items()
