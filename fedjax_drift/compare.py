@@ -6,9 +6,9 @@
 Reads each directory's config.json (algorithm, dataset, and each run's seed and grid point),
 runs.csv (final and best accuracy, status) and metrics.csv (test accuracy per evaluation).
 Runs are grouped by directory and grid point; each group's seeds give the mean and the
-standard deviation (numpy's, ddof=0: the spread of these seeds, as summary.json gives it) of
-the final and best test accuracy, over the seeds that did not diverge. Prints the markdown
-table and writes DIR/comparison.md, DIR/comparison.csv and DIR/comparison.png (mean test
+standard deviation (numpy's, ddof=0: the spread of these seeds, as summary.json gives it) and
+the 95% t-interval of the mean (fedjax_drift/stats.py) of the final and best test accuracy,
+over the seeds that did not diverge. Prints the markdown table and writes DIR/comparison.md, DIR/comparison.csv and DIR/comparison.png (mean test
 accuracy per round with a +-std band over seeds); DIR defaults to ./comparison.
 """
 import argparse
@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from fedjax_drift import report
+from fedjax_drift import report, stats
 from fedjax_drift.errors import UserError
 
 OUTPUTS = ('comparison.md', 'comparison.csv', 'comparison.png')
@@ -83,6 +83,12 @@ def _mean_std(values):
   return (float(values.mean()), float(values.std())) if len(values) else (np.nan, np.nan)
 
 
+def _ci(values):
+  """(lo, hi) of the 95% t-interval of the mean (nan with fewer than two values)."""
+  ci = stats.interval(list(values))
+  return (ci['lo'], ci['hi']) if ci['lo'] is not None else (np.nan, np.nan)
+
+
 def groups(dirs: list) -> list:
   """One row per (run directory, grid point): its label, seeds, and accuracy statistics."""
   names = [os.path.basename(os.path.normpath(d['dir'])) for d in dirs]
@@ -97,29 +103,40 @@ def groups(dirs: list) -> list:
       ok = [r for r in mine if r['status'] == 'ok']
       final, final_std = _mean_std([r['final'] for r in ok])
       best, best_std = _mean_std([r['best'] for r in ok])
+      final_ci, best_ci = _ci([r['final'] for r in ok]), _ci([r['best'] for r in ok])
       rows.append({'run_dir': name, 'algo': d['algo'], 'dataset': d['dataset'],
                    'grid_point': _point_label(point), 'seeds': len(ok),
                    'diverged': len(mine) - len(ok),
                    'final_accuracy_mean': final, 'final_accuracy_std': final_std,
+                   'final_accuracy_ci95_lo': final_ci[0], 'final_accuracy_ci95_hi': final_ci[1],
                    'best_accuracy_mean': best, 'best_accuracy_std': best_std,
+                   'best_accuracy_ci95_lo': best_ci[0], 'best_accuracy_ci95_hi': best_ci[1],
                    '_runs': [r['run'] for r in ok], '_curves': d['curves']})
   return rows
 
 
 def markdown(rows) -> str:
-  """The comparison as a markdown table (accuracy in %, mean +- std over seeds)."""
-  lines = ['| run directory | algorithm | grid point | seeds | final accuracy (%) | '
+  """The comparison as a markdown table (accuracy in %, mean +- std [95% t-interval] over
+  seeds), after a line saying what the cells are."""
+  lines = ['Test accuracy (%): final = at the last round, best = the highest over the '
+           'evaluations; mean ± std (ddof=0) [95% t-interval of the mean] over the seeds that '
+           'did not diverge. Grid points are listed, not selected.', '',
+           '| run directory | algorithm | grid point | seeds | final accuracy (%) | '
            'best accuracy (%) |', '|---|---|---|---|---|---|']
   for r in rows:
     seeds = f'{r["seeds"]}' + (f' ({r["diverged"]} diverged)' if r['diverged'] else '')
     lines.append(f'| {r["run_dir"]} | {r["algo"]} | {r["grid_point"]} | {seeds} | '
-                 f'{_pct(r["final_accuracy_mean"], r["final_accuracy_std"])} | '
-                 f'{_pct(r["best_accuracy_mean"], r["best_accuracy_std"])} |')
+                 f'{_pct(r, "final_accuracy")} | {_pct(r, "best_accuracy")} |')
   return '\n'.join(lines) + '\n'
 
 
-def _pct(mean, std):
-  return 'n/a' if np.isnan(mean) else f'{100 * mean:.2f} ± {100 * std:.2f}'
+def _pct(row, key):
+  mean, std = row[f'{key}_mean'], row[f'{key}_std']
+  lo, hi = row[f'{key}_ci95_lo'], row[f'{key}_ci95_hi']
+  if np.isnan(mean):
+    return 'n/a'
+  text = f'{100 * mean:.2f} ± {100 * std:.2f}'
+  return text + (f' [{100 * lo:.2f}, {100 * hi:.2f}]' if not np.isnan(lo) else '')
 
 
 def curves(rows) -> dict:

@@ -277,3 +277,19 @@ def test_resume_continues_the_validation_columns(tiny_npz, unequal_partition, tm
   read = lambda d: [{k: v for k, v in r.items() if k != 'elapsed_s'}
                     for r in csv.DictReader(open(tmp_path / d / 'metrics.csv'))]
   assert read('part') == read('whole') and 'val_accuracy' in read('whole')[0]
+
+
+def test_compare_table_gives_intervals_and_says_what_it_reports(tmp_path):
+  from fedjax_drift import compare
+  (tmp_path / 'config.json').write_text(
+      '{"algo": "fedavg", "dataset": "embedded", "_resolved": {"runs": ['
+      '{"run": 0, "seed": 0}, {"run": 1, "seed": 1}, {"run": 2, "seed": 2}]}}')
+  (tmp_path / 'runs.csv').write_text('run,seed,status,final_accuracy,best_accuracy\n'
+                                     '0,0,ok,0.5,0.6\n1,1,ok,0.7,0.8\n2,2,ok,0.6,0.7\n')
+  (tmp_path / 'metrics.csv').write_text('run,round,test_accuracy\n0,1,0.5\n1,1,0.7\n2,1,0.6\n')
+  rows = compare.groups([compare.read_run_dir(str(tmp_path))])
+  half = T975[2] * 0.1 / math.sqrt(3)  # the sample sd of 0.5, 0.7, 0.6 is 0.1
+  assert rows[0]['final_accuracy_ci95_lo'] == pytest.approx(0.6 - half)
+  text = compare.markdown(rows)
+  assert f'[{100 * (0.6 - half):.2f}, {100 * (0.6 + half):.2f}]' in text
+  assert 'final = at the last round' in text and '95% t-interval' in text
