@@ -122,6 +122,13 @@ def test_damaged_and_foreign_files_are_one_line_naming_them(tmp_path):
   bad.parent.mkdir()
   bad.write_bytes(zipped.read_bytes()[:100])
   assert str(bad) in _one_line_error(text.read_sst5, str(bad))
+  (foreign / 'train.csv').write_text('"Class Index","Title","Description"\n"2","a","b"\n')
+  assert text.read_ag_news(str(foreign)).train == ['a b']  # Kaggle's copy has a header
+  (foreign / 'test.csv').unlink()
+  assert 'lacks test.csv' in _one_line_error(text.read_ag_news, str(foreign))
+  with zipfile.ZipFile(zipped) as z, zipfile.ZipFile(bad, 'w') as out:
+    out.writestr('trees/train.txt', z.read('trees/train.txt'))
+  assert 'lacks trees/test.txt' in _one_line_error(text.read_sst5, str(bad))
   trees = tmp_path / 'trees'
   trees.mkdir()
   (trees / 'train.txt').write_text('(3 (2 It) (4 good))\n(2 (2 cut) (2 off)\n')
@@ -277,6 +284,17 @@ def test_import_errors_are_one_line(tmp_path, capsys):
   assert 'found no ag_news files' in capsys.readouterr().err
   with pytest.raises(UserError, match='--dataset=ag_news needs --data_dir=DIR, or import'):
     sources.load('ag_news', **TOK)
+  # an imported file that is not texts, or is cut short
+  path = sources.imported_path('ag_news')
+  os.makedirs(os.path.dirname(path))
+  np.savez(path, x_train=np.zeros((2, 3)))
+  assert 'holds no texts' in _one_line_error(sources.load, 'ag_news')
+  text.save_imported('ag_news', text.read_sst5(str(tmp_path)))
+  with open(path, 'rb') as f:
+    raw = f.read()
+  with open(path, 'wb') as f:
+    f.write(raw[:len(raw) // 2])
+  assert f'cannot read {path}' in _one_line_error(sources.load, 'ag_news')
 
 
 # --- TFDS -------------------------------------------------------------------------------------

@@ -97,6 +97,8 @@ def _ag_news_rows(stream, where, num_classes):
   reader = csv.reader(io.TextIOWrapper(stream, encoding='utf-8', newline=''))
   try:
     for row in reader:
+      if reader.line_num == 1 and row and row[0].strip().lower() == 'class index':
+        continue  # the header row of Kaggle's copy of the same files
       if len(row) != 3:
         raise UserError(f'{where} line {reader.line_num}: {len(row)} fields; AG News rows are '
                         '"class index","title","description"')
