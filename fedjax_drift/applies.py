@@ -70,6 +70,9 @@ CHOICE_READS = {
     ('augment', 'crop_flip'): ('augment_pad',),
     ('augment', 'flip_rotate'): ('augment_degrees',),
     ('personalize', 'calibrate'): ('personalize_epochs', 'personalize_term'),
+    ('lr_schedule', 'step'): ('lr_decay', 'lr_step_rounds'),
+    ('lr_schedule', 'exponential'): ('lr_decay',),
+    ('lr_schedule', 'cosine'): ('lr_min',),
     ('personalize_term', 'prox'): ('prox_mu',),
     ('personalize_term', 'self_kd'): ('kd_lambda', 'kd_temperature', 'kd_tau2'),
 }

@@ -116,6 +116,18 @@ class Config:
   batch_size: int = _f(32, 'local minibatch size; 0 = the client\'s full data every step',
                        group='local training')
   lr: float = _f(0.05, 'local learning rate eta', group='local training')
+  lr_schedule: str = _f('constant', 'round-level schedule of the client learning rate, at the '
+                        'round index inside the compiled round (optax; fedjax_drift/'
+                        'schedules.py): step = lr * lr_decay^floor(t / lr_step_rounds), '
+                        'exponential = lr * lr_decay^t, cosine = from lr down to lr * lr_min '
+                        'over --rounds', ('constant', 'step', 'exponential', 'cosine'),
+                        group='local training')
+  lr_decay: float = _f(0.0, '--lr_schedule=step|exponential: the factor d in (0, 1] (e.g. 0.1 '
+                       'every --lr_step_rounds, or 0.998 per round); 0 = not given',
+                       group='local training')
+  lr_step_rounds: int = _f(0, '--lr_schedule=step: rounds between decays', group='local training')
+  lr_min: float = _f(0.0, '--lr_schedule=cosine: the floor as a fraction of --lr (optax\'s '
+                     'alpha), in [0, 1]', group='local training')
   local_momentum: float = _f(0.0, 'local SGD momentum', group='local training')
   weight_decay: float = _f(0.0, 'L2 weight decay added to the local gradient',
                            group='local training')
@@ -259,9 +271,13 @@ class Config:
   eval_protocol: str = _f('auto', 'global: the global model on the whole test set; fedbn: '
                           'each client\'s own model (global weights + its local BatchNorm '
                           'layers) on its own test split, accuracy = the mean over domains '
-                          '(FedBN); auto = fedbn when BatchNorm stays local and clients have '
-                          'test splits (--partition=domains or --test_partition=like_train)',
-                          ('auto', 'global', 'fedbn'), group='output')
+                          '(FedBN); local: --algo=local_only\'s clients\' own models on their '
+                          'own test splits, accuracy = the mean over clients; auto = local for '
+                          'local_only, fedbn when BatchNorm stays local and clients have '
+                          'test splits (--partition=domains or --test_partition=like_train), '
+                          'else global. With test splits every protocol also reports the mean, '
+                          'std and worst per-client accuracy (metrics.csv client_*)',
+                          ('auto', 'global', 'fedbn', 'local'), group='output')
   select_on: str = _f('auto', 'how a --grid sweep picks its point (summary.json selected): '
                       'by the validation split\'s accuracy (needs --val_fraction), or by the '
                       'test accuracy, as several papers did; auto = validation when '
@@ -367,6 +383,7 @@ class Config:
         raise UserError(f'--{name}={value} must be in [0, 1)')
     if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
       raise UserError(f'--weight_decay={self.weight_decay} must be >= 0')
+    self._validate_lr_schedule()
     self._validate_pipeline()
     if not 0 <= self.target_accuracy <= 1:
       raise UserError(f'--target_accuracy={self.target_accuracy} must be in [0, 1]')
@@ -394,6 +411,13 @@ class Config:
     if self.personalize == 'calibrate' and self.test_partition != 'like_train':
       raise UserError('--personalize=calibrate needs a per-client test split: add '
                       '--test_partition=like_train')
+    if self.algo == 'local_only' and not (self.test_partition == 'like_train'
+                                          or self.partition == 'domains'):
+      raise UserError('--algo=local_only tests each client\'s model on its own test split: add '
+                      '--test_partition=like_train (or use --partition=domains)')
+    if self.algo == 'local_only' and self.personalize != 'none':
+      raise UserError(f'--personalize={self.personalize} calibrates the global model, which '
+                      '--algo=local_only never trains; drop it')
     if self.personalize_epochs < 1:
       raise UserError(f'--personalize_epochs={self.personalize_epochs} must be >= 1')
     if self.tensorboard and importlib.util.find_spec('tensorboardX') is None:
@@ -425,6 +449,18 @@ class Config:
     if self.select_on != 'auto':
       return self.select_on
     return 'validation' if self.val_fraction else 'test'
+
+  def _validate_lr_schedule(self):
+    """--lr_schedule and the flags of its kind (schedules.py)."""
+    if self.lr_schedule in ('step', 'exponential') and not (
+        math.isfinite(self.lr_decay) and 0 < self.lr_decay <= 1):
+      raise UserError(f'--lr_schedule={self.lr_schedule} needs --lr_decay in (0, 1], got '
+                      f'{self.lr_decay:g}')
+    if self.lr_schedule == 'step' and self.lr_step_rounds < 1:
+      raise UserError(f'--lr_schedule=step needs --lr_step_rounds >= 1 (rounds between '
+                      f'decays), got {self.lr_step_rounds}')
+    if not (math.isfinite(self.lr_min) and 0 <= self.lr_min <= 1):
+      raise UserError(f'--lr_min={self.lr_min} must be in [0, 1] (a fraction of --lr)')
 
   def _validate_pipeline(self):
     """The training-pipeline flags (data/pipeline.py, algorithms/local.py)."""
@@ -491,7 +527,7 @@ GRIDABLE = ('lr', 'server_lr', 'beta', 'beta_local', 'beta_global', 'phi', 'kd_l
             'igfl_group', 'prox_mu', 'dyn_alpha', 'curv_lambda', 'distill_lambda', 'ntd_beta',
             'ntd_temperature',
             'rs_alpha', 'moon_mu', 'moon_temperature', 'server_tau', 'server_beta1',
-            'server_beta2', 'local_momentum', 'weight_decay')
+            'server_beta2', 'local_momentum', 'weight_decay', 'lr_decay', 'lr_min')
 
 
 def parse_grid(text):

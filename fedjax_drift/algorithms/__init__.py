@@ -15,7 +15,7 @@ import jax
 
 from fedjax_drift.algorithms import (fedadc, fedbn, fedcurv, feddistill, feddyn, fedfor,
                                      fedgkd, fedntd, fedprox,
-                                     fedrs, igfl, local, moon, scaffold,
+                                     fedrs, igfl, local, local_only, moon, scaffold,
                                      server_optimizers)
 from fedjax_drift.algorithms.parts import compose
 from fedjax_drift import models
@@ -109,6 +109,9 @@ RECIPES = {
                       summary='adaptive server (Yogi)'),
     'fedadagrad': Recipe(server='adagrad', weighting='uniform', weighting_source=_REDDI,
                          summary='adaptive server (Adagrad)'),
+    'local_only': Recipe(weighting_source='none: nothing is aggregated',
+                         summary='each client trains alone on its own data, no communication '
+                         '(needs --test_partition=like_train)'),
 }
 NAMES = tuple(RECIPES)
 LOCAL_TERMS = ('fedadc', 'self_kd', 'for', 'gkd', 'gkd_vote', 'igfl_c', 'prox', 'scaffold',
@@ -152,6 +155,12 @@ def recipe(config) -> Recipe:
       raise UserError(f'--server_optimizer={config.server_optimizer} is unknown; use one of '
                       f'{", ".join(SERVER_OPTIMIZERS)}')
     server = config.server_optimizer
+  if config.algo == local_only.NAME:
+    given = [f for f in ('local_terms', 'aggregator', 'server_optimizer', 'server_momentum')
+             if getattr(config, f)]
+    if given:
+      raise UserError(f'--{given[0]} does not combine with --algo=local_only, which has no '
+                      'server and no federated terms')
   if config.server_momentum:
     if server != 'avg':
       raise UserError(f'--server_momentum applies to an averaging server, not {server!r} '
@@ -268,6 +277,9 @@ def get(name, config, model, server_data=None):
   # The training-mode forward only where it differs from apply: BatchNorm, dropout.
   train_apply = (model.train_apply if model.has_state or getattr(model, 'has_dropout', False)
                  else None)
+  if name == local_only.NAME:
+    return local_only.local_only(model.apply, config.lr, local_optimizer(config), train_apply,
+                                 config.clip_grad_norm)
   return compose(config.algo, model.apply, config.lr, local_optimizer(config),
                  _server_optimizer(r.server, config), parts, config.clients_per_round,
                  train_apply, config.clip_grad_norm)
