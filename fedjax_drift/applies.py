@@ -38,6 +38,9 @@ PART_READS = {
     'moon': ('moon_mu', 'moon_temperature'),
     'fedbn': (),
     'feddistill': ('distill_lambda', 'kd_temperature', 'kd_tau2'),
+    'fedgen': ('fedgen_alpha', 'fedgen_beta', 'fedgen_decay', 'fedgen_noise_dim', 'fedgen_hidden',
+               'fedgen_steps', 'fedgen_lr', 'fedgen_weight_decay', 'fedgen_batch',
+               'fedgen_client_batch', 'fedgen_diversity', 'fedgen_teacher'),
     'attention': ('attention_similarity', 'attention_temperature'),  # every attention_* aggregator
     'projection': ('moon_projection_dim', 'projection_hidden'),  # MOON, FedGKD+: the head
 }

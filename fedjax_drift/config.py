@@ -206,6 +206,37 @@ class Config:
   distill_lambda: float = _f(1.0, 'FedDistill+ weight lambda of the KL to the global '
                              'per-label logits (1 = the FedGen code; 0 = FedAvg)',
                              group='algorithm')
+  fedgen_alpha: float = _f(10.0, 'FedGen: client weight alpha of the CE of the head on generated '
+                           'features (the FedGen code\'s generative_alpha, RUNCONFIGS mnist/celeb/'
+                           'emnist: 10); 0 with --fedgen_beta=0 = FedAvg', group='algorithm')
+  fedgen_beta: float = _f(10.0, 'FedGen: client weight beta of the KL to the head\'s output on '
+                          'generated features of the batch\'s labels (the code\'s '
+                          'generative_beta: 10 mnist/celeb, 1 emnist)', group='algorithm')
+  fedgen_decay: float = _f(0.98, 'FedGen: alpha and beta are multiplied by this each round '
+                           '(floor 1e-4; the code\'s exp_lr_scheduler decay=0.98)',
+                           group='algorithm')
+  fedgen_noise_dim: int = _f(32, 'FedGen: generator noise width (the code\'s GENERATORCONFIGS: '
+                             '32 mnist/emnist, 64 cifar)', group='algorithm')
+  fedgen_hidden: int = _f(256, 'FedGen: generator hidden width (the code: 256 mnist/emnist, '
+                          '512 cifar; FedGKD §5.1: 512 ResNet-8, 2048 ResNet-50)',
+                          group='algorithm')
+  fedgen_steps: int = _f(50, 'FedGen: server Adam steps on the generator per round (the code: '
+                         'ensemble_epochs 50 / 5 teacher iterations x 5)', group='algorithm')
+  fedgen_lr: float = _f(3e-4, 'FedGen: generator Adam learning rate, times 0.98 each round (the '
+                        'code\'s ensemble_lr: 3e-4 mnist/celeb, 1e-4 emnist)', group='algorithm')
+  fedgen_weight_decay: float = _f(1e-2, 'FedGen: generator Adam L2 weight decay (the code\'s '
+                                  'RUNCONFIGS weight_decay 1e-2)', group='algorithm')
+  fedgen_batch: int = _f(0, 'FedGen: labels per generator step on the server; 0 = --batch_size '
+                         '(the code trains it with the users\' batch_size), or 32 if that is 0',
+                         group='algorithm')
+  fedgen_client_batch: int = _f(32, 'FedGen: generated features per local step (the code\'s '
+                                '--gen_batch_size=32)', group='algorithm')
+  fedgen_diversity: float = _f(1.0, 'FedGen: weight of the generator\'s diversity loss (the '
+                               'code\'s ensemble_eta=1)', group='algorithm')
+  fedgen_teacher: str = _f('clients', 'FedGen: the generator\'s teacher loss; clients = sum_k '
+                           'w_k(y) CE(head_k(z), y) (the code), ensemble = CE of the label-'
+                           'weighted sum of the heads\' logits', ('clients', 'ensemble'),
+                           group='algorithm')
   ntd_beta: float = _f(0.3, 'FedNTD beta', group='algorithm')
   ntd_temperature: float = _f(1.0, 'FedNTD temperature tau', group='algorithm')
   rs_alpha: float = _f(0.5, 'FedRS: scale of absent classes\' logits (1 = FedAvg)',
@@ -356,10 +387,18 @@ class Config:
       if not (value == -1 or 0 <= value <= 1):
         raise UserError(f'--{name}={value} must be in [0, 1] (or -1 for --beta)')
     for name in ('for_alpha', 'gkd_gamma', 'vote_lambda', 'igfl_group', 'prox_mu', 'dyn_alpha',
-                 'curv_lambda', 'ntd_beta', 'moon_mu', 'distill_lambda'):
+                 'curv_lambda', 'ntd_beta', 'moon_mu', 'distill_lambda', 'fedgen_alpha',
+                 'fedgen_beta', 'fedgen_lr', 'fedgen_weight_decay', 'fedgen_diversity'):
       value = getattr(self, name)
       if not (math.isfinite(value) and value >= 0):
         raise UserError(f'--{name}={value} must be a finite number >= 0')
+    if not 0 < self.fedgen_decay <= 1:
+      raise UserError(f'--fedgen_decay={self.fedgen_decay} must be in (0, 1]')
+    for name in ('fedgen_noise_dim', 'fedgen_hidden', 'fedgen_client_batch', 'fedgen_steps',
+                 'fedgen_batch'):
+      least = 0 if name in ('fedgen_steps', 'fedgen_batch') else 1
+      if getattr(self, name) < least:
+        raise UserError(f'--{name}={getattr(self, name)} must be >= {least}')
     if self.moon_projection_dim < 1:
       raise UserError(f'--moon_projection_dim={self.moon_projection_dim} must be >= 1')
     if self.image_size < 0 or not 1 <= self.digits5_parts <= 10:
@@ -525,6 +564,8 @@ def from_dict(values: dict, base: Optional[Config] = None) -> Config:
 GRIDABLE = ('lr', 'server_lr', 'beta', 'beta_local', 'beta_global', 'phi', 'kd_lambda',
             'kd_temperature', 'for_alpha', 'gkd_gamma', 'vote_lambda', 'attention_temperature',
             'igfl_group', 'prox_mu', 'dyn_alpha', 'curv_lambda', 'distill_lambda', 'ntd_beta',
+            'fedgen_alpha', 'fedgen_beta', 'fedgen_decay', 'fedgen_lr', 'fedgen_weight_decay',
+            'fedgen_diversity',
             'ntd_temperature',
             'rs_alpha', 'moon_mu', 'moon_temperature', 'server_tau', 'server_beta1',
             'server_beta2', 'local_momentum', 'weight_decay', 'lr_decay', 'lr_min')

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import jax
 
 from fedjax_drift.algorithms import (fedadc, fedbn, fedcurv, feddistill, feddyn, fedfor,
-                                     fedgkd, fedntd, fedprox,
+                                     fedgen, fedgkd, fedntd, fedprox,
                                      fedrs, igfl, local, local_only, moon, scaffold,
                                      server_optimizers)
 from fedjax_drift.algorithms.parts import compose
@@ -70,6 +70,11 @@ RECIPES = {
                               'n_k/n over the selected users',
                               summary='per-label logit distillation + parameter averaging '
                               '(FedGen paper, §5 "FedDistill+")'),
+    'fedgen': Recipe(('fedgen',),
+                     weighting_source='FedGen code, serverbase.aggregate_parameters: n_k/n '
+                     'over the selected users',
+                     summary='server-side conditional generator of penultimate features, '
+                     'distilled into the clients\' heads (Zhu et al. 2021, FedGen)'),
     'igfl_c': Recipe(('igfl_c',), weighting='uniform',
                      weighting_source='IGFL paper, Alg. 3 l.1, l.7',
                      summary='group-aware local steps'),
@@ -115,7 +120,8 @@ RECIPES = {
 }
 NAMES = tuple(RECIPES)
 LOCAL_TERMS = ('fedadc', 'self_kd', 'for', 'gkd', 'gkd_vote', 'igfl_c', 'prox', 'scaffold',
-               'dyn', 'curv', 'curv_stateless', 'ntd', 'rs', 'moon', 'fedbn', 'feddistill')
+               'dyn', 'curv', 'curv_stateless', 'ntd', 'rs', 'moon', 'fedbn', 'feddistill',
+               'fedgen')
 AGGREGATORS = ('mean',) + tuple(f'attention_{kind}' for kind in igfl.ATTENTIONS)
 SERVER_OPTIMIZERS = ('avg', 'slowmo', 'adam', 'yogi', 'adagrad')
 
@@ -217,6 +223,12 @@ def _part(name, c, model, server_data, parts):
   if name == 'feddistill':
     return feddistill.label_distillation(c.distill_lambda, c.kd_temperature,
                                          _num_classes(model), c.kd_tau2)
+  if name == 'fedgen':
+    return fedgen.generator_distillation(
+        model, c.fedgen_alpha, c.fedgen_beta, c.fedgen_decay, c.fedgen_noise_dim,
+        c.fedgen_hidden, c.fedgen_steps, c.fedgen_lr, c.fedgen_batch or c.batch_size or 32,
+        c.fedgen_client_batch, c.fedgen_weight_decay, c.fedgen_diversity,
+        teacher=c.fedgen_teacher)
   if name == 'igfl_c':
     return igfl.group_correction(c.igfl_group)
   if name == 'prox':
