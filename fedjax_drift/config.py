@@ -279,9 +279,11 @@ class Config:
   num_processes: int = _f(0, 'jax.distributed: number of processes (0 = detect)', group='run')
   process_id: int = _f(-1, 'jax.distributed: this process\'s id, 0 .. num_processes-1 '
                        '(-1 = detect)', group='run')
-  conv_impl: str = _f('auto', 'how convolutions are computed: im2col (patches + GEMM) or lax '
-                      '(lax.conv_general_dilated: cuDNN, TPU); auto = im2col on CPU, lax on '
-                      'GPU/TPU', ('auto', 'im2col', 'lax'), group='model')
+  conv_impl: str = _f('auto', 'how convolutions are computed: im2col (patches + GEMM), lax '
+                      '(lax.conv_general_dilated: cuDNN, TPU) or onednn (oneDNN custom calls on '
+                      'CPU; pip install ".[onednn]" and a C++ compiler, else im2col, said in '
+                      'one line); auto = im2col on CPU, lax on GPU/TPU',
+                      ('auto', 'im2col', 'lax', 'onednn'), group='model')
   memory_budget_gb: float = _f(0.0, 'refuse to start if the data and state (checked from '
                                'shapes before building) or XLA\'s estimate for one segment need '
                                'more than this (0 = 90% of what this process may use now: free '

@@ -71,7 +71,7 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
 
   projection_dim > 0 puts a projection head before the output layer (MOON, FedGKD+;
   zoo.WithProjection); `features` then returns (logits, projection). projection_hidden is its
-  hidden width (0 = the base model's feature width). conv_impl (auto, im2col, lax; see
+  hidden width (0 = the base model's feature width). conv_impl (auto, im2col, lax, onednn; see
   models/layers.py) picks how convolutions are computed; auto resolves now, for the default
   backend: im2col on CPU, lax.conv on GPU/TPU. dropout (-1 = the model's rates, 0 = off, p =
   every rate p), gn_groups and gn_group_size (GroupNorm groups, or channels per group; 0 = the
