@@ -118,8 +118,10 @@ def build():
   try:
     done = subprocess.run(build_command(compiler, *found, tmp), capture_output=True, text=True,
                           check=False)
-    if done.returncode != 0:
-      raise RuntimeError(f'building the oneDNN extension failed: {done.stderr.strip()[-500:]}')
+    if done.returncode != 0:  # the compiler's last lines, on one line (the fallback note)
+      tail = (' | '.join(done.stderr.strip().splitlines()[-3:])[-300:] or
+              f'{compiler} exited with status {done.returncode}')
+      raise RuntimeError(f'building the oneDNN extension failed: {tail}')
     os.replace(tmp, path)
   finally:
     if os.path.exists(tmp):
