@@ -116,16 +116,29 @@ def test_global_model_on_every_clients_split(tiny_npz, unequal_partition):
 
 
 @pytest.mark.slow
-def test_a_run_writes_the_client_columns_at_every_evaluation(tiny_npz, unequal_partition,
-                                                             tmp_path):
-  summary = fedjax_drift.run(tiny_config(
-      tiny_npz, unequal_partition, algo='local_only', rounds=1, test_partition='like_train',
-      out=str(tmp_path / 'run'), seeds=2), log=lambda *a: None)
+def test_a_sweep_writes_the_client_columns_and_resumes_exactly(tiny_npz, unequal_partition,
+                                                               tmp_path):
+  """Two seeds in one program: every evaluation row has the client columns, and a run
+  resumed from its round-1 checkpoint (the clients' models are in it) writes the same rows
+  as an uninterrupted one."""
+  def run(out, rounds):
+    return fedjax_drift.run(tiny_config(
+        tiny_npz, unequal_partition, algo='local_only', clients_per_round=2, rounds=rounds,
+        test_partition='like_train', out=str(out), seeds=2), log=lambda *a: None)
+
+  summary = run(tmp_path / 'whole', 2)
   assert summary['communication_floats_per_client'] == {'down': 0, 'up': 0}
-  with open(tmp_path / 'run' / 'metrics.csv') as f:
-    header, *rows = f.read().splitlines()
-  assert set(evaluation.CLIENT_COLUMNS) <= set(header.split(','))
-  assert len(rows) == 2 * 2  # two seeds x rounds 0 and 1
+  run(tmp_path / 'split', 1)
+  fedjax_drift.simulation.resume(str(tmp_path / 'split'), log=lambda *a: None, rounds=2)
+  rows = {}
+  for name in ('whole', 'split'):
+    with open(tmp_path / name / 'metrics.csv') as f:
+      header, *lines = f.read().splitlines()
+    keep = [i for i, k in enumerate(header.split(',')) if k != 'elapsed_s']
+    rows[name] = [[line.split(',')[i] for i in keep] for line in lines]
+    assert set(evaluation.CLIENT_COLUMNS) <= set(header.split(','))
+  assert len(rows['whole']) == 2 * 3  # two seeds x rounds 0, 1, 2
+  assert rows['whole'] == rows['split']
 
 
 @pytest.mark.parametrize('flags,message', [
