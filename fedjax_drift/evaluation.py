@@ -374,8 +374,8 @@ def _make_local(study) -> Evaluator:
   state.clients['local_only']['params']) on its own test split; the run's accuracy and loss
   are the unweighted means over the clients that hold test examples, with CLIENT_COLUMNS[:3]
   from the same numbers, and global_test_mean_accuracy the mean over clients of each model's
-  accuracy on the whole test set. Clients go one after another (lax.map), each split padded
-  to the largest and masked. No per-domain columns."""
+  accuracy on the whole test set. Clients go one after another (lax.map), each split in
+  batches of --eval_batch_size (padded to the largest split, masked). No per-domain columns."""
   cfg, exp = study.config, study.experiments[0]
   ds = exp.dataset
   norm = exp.pipeline.norm if exp.pipeline is not None else None
@@ -383,24 +383,34 @@ def _make_local(study) -> Evaluator:
   parts = [e.test_parts for e in study.experiments]
   parts += [parts[-1]] * (runs - len(parts))
   width = max(1, max(len(p) for run in parts for p in run))
+  batch = min(cfg.eval_batch_size, width)  # each split goes through in batches of this size
+  width = -(-width // batch) * batch
   index = np.stack([[np.pad(np.asarray(p, np.int64), (0, width - len(p))) for p in run]
                     for run in parts]).astype(np.int32)
   count = np.array([[len(p) for p in run] for run in parts], np.int32)
   whole_set = engine.make_evaluator(exp.model.apply, cfg.eval_batch_size, norm)
 
-  def own_split(params, x, y, n):
-    logits = exp.model.apply(params, input_pipeline.preprocess(x, norm))
-    mask = (jnp.arange(x.shape[0]) < n).astype(jnp.float32)
-    losses = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1)[:, 0]
-    correct = (jnp.argmax(logits, -1) == y).astype(jnp.float32)
-    return (losses * mask).sum() / jnp.maximum(n, 1), (correct * mask).sum() / jnp.maximum(n, 1)
+  def own_split(params, x, y, rows, n):
+    """(mean loss, accuracy) of params on the examples rows[:n], `batch` rows at a time."""
+
+    def one(args):
+      rb, position = args
+      logits = exp.model.apply(params, input_pipeline.preprocess(x[rb], norm))
+      mask = (position < n).astype(jnp.float32)
+      losses = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[rb][:, None], 1)[:, 0]
+      correct = (jnp.argmax(logits, -1) == y[rb]).astype(jnp.float32)
+      return (losses * mask).sum(), (correct * mask).sum()
+
+    loss, correct = jax.lax.map(one, (rows.reshape(-1, batch),
+                                      jnp.arange(rows.shape[0]).reshape(-1, batch)))
+    return loss.sum() / jnp.maximum(n, 1), correct.sum() / jnp.maximum(n, 1)
 
   def one_run(models, concept, index, count, x, y):
     y = exp.scenario.relabel(concept, y)
 
     def one_client(args):
       params, rows, n = args
-      loss, acc = own_split(params, x[rows], y[rows], n)
+      loss, acc = own_split(params, x, y, rows, n)
       return loss, acc, whole_set(params, x, y)[1]
 
     return jax.lax.map(one_client, (models, index, count))

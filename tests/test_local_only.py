@@ -76,7 +76,8 @@ def _client_stats(accs):
 
 def test_local_protocol_reports_own_splits_and_the_whole_test_set(tiny_npz, unequal_partition):
   config = tiny_config(tiny_npz, unequal_partition, algo='local_only', clients_per_round=4,
-                       local_steps=STEPS, lr=LR, test_partition='like_train')
+                       local_steps=STEPS, lr=LR, test_partition='like_train',
+                       eval_batch_size=4)  # splits of up to 12 examples: several batches
   s, state, result = _evaluate(config, 2)
   data = _data(tiny_npz)
   exp = s.experiments[0]
