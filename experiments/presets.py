@@ -192,6 +192,7 @@ def resolve(name, mode, scenario, label, rounds=None, seeds=None):
   values['algo'] = method['algo']
   grid = {k: tuple(vals) for k, (vals, _) in method_grid(preset, method).items()}
   n_seeds = preset['seeds'][0]
+  full_rounds = values.get('rounds')
   if mode == 'short':
     short = preset['short']
     values['rounds'] = _short_rounds(preset, scenario)
@@ -206,11 +207,20 @@ def resolve(name, mode, scenario, label, rounds=None, seeds=None):
     values['eval_every'] = min(values.get('eval_every', 1), rounds)
   if seeds:
     n_seeds = seeds
+  if values.get('concept_shift_count') and values['rounds'] != full_rounds:
+    values['concept_shift_count'] = scaled_shift_count(
+        values['concept_shift_count'], full_rounds, values['rounds'])
   for k in [k for k, vals in grid.items() if len(vals) == 1]:  # one value: a plain setting
     values[k] = grid.pop(k)[0]
   if values.get('scenario') == 'longtail_stateless':  # no split can be held out (NO_SPLIT)
     values['val_fraction'] = 0.0
   return values, grid, n_seeds
+
+
+def scaled_shift_count(count, full_rounds, rounds):
+  """The paper's concept shifts per round kept when the rounds are cut: count * rounds /
+  full_rounds, at least 1 and at most rounds - 1 (shifts fall on distinct rounds 2..rounds)."""
+  return max(1, min(rounds - 1, round(count * rounds / full_rounds))) if rounds > 1 else 0
 
 
 def _dataset_known(name):
@@ -507,6 +517,11 @@ def cuts(name, mode, rounds=None, seeds=None):
            f'seeds: {short["seeds"]} of {preset["seeds"][0]}']
     if len(scen) < len(preset['scenarios']):
       out.append(f'scenarios: {", ".join(scen)} only (of {", ".join(preset["scenarios"])})')
+    count = preset['setting'].get('concept_shift_count', (0,))[0]
+    if count:
+      out.append('concept shifts: ' + ', '.join(
+          f'{s} {scaled_shift_count(count, full_rounds[s], _short_rounds(preset, s))} of '
+          f'{count}' for s in scen) + ' (the paper\'s shifts per round)')
     tuned = {k for m in preset['methods'].values() for k, (vals, _) in
              method_grid(preset, m).items() if len(vals) > 1}
     if tuned:

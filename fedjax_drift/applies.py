@@ -38,9 +38,6 @@ PART_READS = {
     'moon': ('moon_mu', 'moon_temperature'),
     'fedbn': (),
     'feddistill': ('distill_lambda', 'kd_temperature', 'kd_tau2'),
-    'fedgen': ('fedgen_alpha', 'fedgen_beta', 'fedgen_decay', 'fedgen_noise_dim', 'fedgen_hidden',
-               'fedgen_steps', 'fedgen_lr', 'fedgen_weight_decay', 'fedgen_batch',
-               'fedgen_client_batch', 'fedgen_diversity', 'fedgen_teacher'),
     'attention': ('attention_similarity', 'attention_temperature'),  # every attention_* aggregator
     'projection': ('moon_projection_dim', 'projection_hidden'),  # MOON, FedGKD+: the head
 }
@@ -64,7 +61,8 @@ LOCAL_OPTIMIZER_READS = {
 
 # (flag, value or value prefix) -> fields read only with that choice.
 CHOICE_READS = {
-    ('scenario', 'concept_shift'): ('concept_shift_prob',),
+    ('scenario', 'concept_shift'): ('concept_shift_prob', 'concept_shift_kind',
+                                    'concept_shift_count'),
     ('scenario', 'longtail_stateless'): ('imbalance_ratio', 'client_fraction'),
     ('partition', 'shards'): ('classes_per_client',),
     ('partition', 'dirichlet'): ('dirichlet_alpha',),
@@ -73,9 +71,6 @@ CHOICE_READS = {
     ('augment', 'crop_flip'): ('augment_pad',),
     ('augment', 'flip_rotate'): ('augment_degrees',),
     ('personalize', 'calibrate'): ('personalize_epochs', 'personalize_term'),
-    ('lr_schedule', 'step'): ('lr_decay', 'lr_step_rounds'),
-    ('lr_schedule', 'exponential'): ('lr_decay',),
-    ('lr_schedule', 'cosine'): ('lr_min',),
     ('personalize_term', 'prox'): ('prox_mu',),
     ('personalize_term', 'self_kd'): ('kd_lambda', 'kd_temperature', 'kd_tau2'),
 }
@@ -137,6 +132,8 @@ def reads(config) -> set:
       out.update(fields)
   for flag, (when_set, replaced) in WHEN_SET.items():
     out.update(when_set if getattr(config, flag) else replaced)
+  if config.concept_shift_count:  # an exact count of shifts replaces the per-round chance
+    out.discard('concept_shift_prob')
   for key, fields in DATASET_READS.items():
     if _is_dataset(config.dataset, key):
       out.update(fields)
@@ -163,6 +160,8 @@ def unread(config) -> set:
 def _what(config, field):
   """What leaves `field` unread, as flags: the choice flag that would read it (--partition=iid
   for --dirichlet_alpha), else the algorithm with the composition flags given."""
+  if field == 'concept_shift_prob' and config.concept_shift_count:
+    return f'--concept_shift_count={config.concept_shift_count}'
   for (flag, _), fields in CHOICE_READS.items():
     if field in fields and flag != 'personalize_term':
       return f'--{flag}={getattr(config, flag)}'

@@ -269,7 +269,7 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
   def round_fn(state: ServerState, data: FederatedData):
     num_clients = data.client_count.shape[0]
     rkey = jax.random.fold_in(state.key, state.round)
-    concept = scenario.before_round(state.scenario, jax.random.fold_in(rkey, 2))
+    concept = scenario.before_round(state.scenario, jax.random.fold_in(rkey, 2), state.round)
     if scenario.fresh_cohort is not None:  # stateless: new clients every round
       rows, counts = scenario.fresh_cohort(data, jax.random.fold_in(rkey, 3), cohort_size)
       ids = jnp.arange(cohort_size, dtype=jnp.int32)
@@ -284,7 +284,8 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
         ids = sample_cohort(jax.random.fold_in(rkey, 0), num_clients, cohort_size)
       rows, counts, hists = data.client_index[ids], data.client_count[ids], data.label_hist[ids]
     if scenario.name == 'concept_shift':  # histograms of the relabelled classes
-      hists = hists @ jax.nn.one_hot(concept, hists.shape[1])
+      classes = jnp.arange(hists.shape[1], dtype=jnp.int32)
+      hists = hists @ jax.nn.one_hot(scenario.relabel(concept, classes), hists.shape[1])
     client_key = jax.random.fold_in(rkey, 1)
     payload = algo.broadcast(state.params, state.server)
     old_states = _gather(state.clients, ids)

@@ -106,11 +106,12 @@ def write_json(path, obj):
   atomic_write(path, (text + '\n').encode())
 
 
-def write_csv(path, rows):
-  """rows: list of dicts with the same keys; floats written with repr (full precision)."""
+def write_csv(path, rows, columns=None):
+  """rows: list of dicts with the same keys; floats written with repr (full precision).
+  columns: the header to write (also when there are no rows); default: the first row's keys."""
   buf = io.StringIO()
-  if rows:
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator='\n')
+  if rows or columns:
+    writer = csv.DictWriter(buf, fieldnames=list(columns or rows[0]), lineterminator='\n')
     writer.writeheader()
     for row in rows:
       writer.writerow({k: repr(float(v)) if isinstance(v, (float, np.floating)) else v

@@ -9,6 +9,7 @@ Run directory (the same layout for one run and for many):
   runs.csv       one row per run: seed, grid values, status, diverged round, final/best/...
   metrics.csv    one row per run and evaluation: test accuracy and loss, best so far
   rounds.csv     one row per run and round: drift diagnostics (and algorithm diagnostics)
+  shifts.csv     --scenario=concept_shift: one row per run and shift, with its recovery
   summary.json   per run and per grid point (mean +- std over the seeds that did not diverge);
                  with one run, that run's metrics are also at the top level
   accuracy.png, drift.png, partition.png, checkpoints/, personalization.csv (calibrate)
@@ -140,10 +141,6 @@ def _check_resumable(config, run_dir):
       raise UserError(f'--resume continues {run_dir} as recorded; '
                       f'{rundir.first_difference(record.data["config"], now)}')
   inputs.check_unchanged(saved['_resolved'].get('inputs', {}), run_dir)
-  if config.lr_schedule == 'cosine' and saved.get('rounds', config.rounds) != config.rounds:
-    raise UserError(f'--resume: --lr_schedule=cosine decays over the run\'s --rounds='
-                    f'{saved["rounds"]}, so --rounds={config.rounds} would change the rounds '
-                    'already run; resume with the same --rounds')
   latest = Checkpointer(run_dir).latest_round()
   if latest is not None and config.rounds < latest:
     raise UserError(f'--resume: --rounds={config.rounds} is below round {latest}, where '
@@ -338,17 +335,11 @@ def _log_header(study, compiled, run_dir, log):
       parts.append('a dropout key per local step')
     log('inputs: ' + '; '.join(parts))
   ev = compiled.evaluate
-  if ev.protocol == 'local':
-    log('evaluation: --eval_protocol=local (each client\'s own model on its own test split, '
-        'accuracy = the mean over clients; global_test_mean_accuracy = their mean on the '
-        'whole test set)')
-  elif ev.protocol == 'fedbn' or ev.columns:
+  if ev.protocol == 'fedbn' or ev.columns:
     log(f'evaluation: --eval_protocol={ev.protocol} ('
         + ('each client\'s own model on its own test split, accuracy = the mean over domains'
            if ev.protocol == 'fedbn' else 'the global model on the whole test set')
         + (f'; per domain: {", ".join(ev.columns)}' if ev.columns else '') + ')')
-  if exp.test_parts is not None and ev.protocol != 'local':
-    log('per-client test splits: metrics.csv client_mean/std/worst_accuracy')
   available = _available_memory()
   log(f'memory estimate (XLA, one segment): {compiled.memory_bytes / 1e9:.2f} GB'
       + (f' of {available / 1e9:.1f} GB available' if available else '')
@@ -403,10 +394,9 @@ class _Progress:
       domains = dict(zip(columns, map(float, result['domain_accuracy'][r]))) if columns else {}
       val = ({'val_accuracy': float(result['val_accuracy'][r]),
               'val_loss': float(result['val_loss'][r])} if 'val_accuracy' in result else {})
-      clients = {k: float(result[k][r]) for k in evaluation.CLIENT_COLUMNS if k in result}
       self.eval_rows.append({'run': r, 'round': done, 'test_accuracy': float(accs[r]),
                              'test_loss': float(losses[r]), 'best_accuracy': self.best[r],
-                             **val, **clients, **domains, 'elapsed_s': elapsed})
+                             **val, **domains, 'elapsed_s': elapsed})
 
 
 def _loop(study, compiled, out, log):
@@ -568,6 +558,10 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
                    [{k: v for k, v in r.items() if not isinstance(v, (dict, list))}
                     for r in per_run])
   report.write_json(os.path.join(out.run_dir, 'summary.json'), summary)
+  if cfg.scenario == 'concept_shift':
+    report.write_csv(os.path.join(out.run_dir, 'shifts.csv'), _shift_rows(per_run),
+                     SHIFT_COLUMNS)
+    _log_shifts(per_run, log)
   _plot(study, prog, out.run_dir)
   if cfg.save_params:
     out.record.add_output(cfg.save_params, save_params(
@@ -597,18 +591,62 @@ def _run_summary(study, prog, spec):
   if domains:  # metrics.csv has every evaluation's; the summary keeps the final ones
     summary['final_domain_accuracy'] = domains
   if cfg.scenario == 'concept_shift':
-    shifts = _concept_shifts(prog, spec.index)
+    shifts = _concept_shifts(prog, spec.index, cfg.concept_shift_kind)
     summary['concept_shifts'] = shifts
     summary['concept_shift'] = metrics.concept_shift_metrics(
         [r['round'] for r in rows], [r['test_accuracy'] for r in rows], shifts)
   return {**base, 'status': 'ok', 'diverged_round': None, 'diverged_client': None, **summary}
 
 
-def _concept_shifts(prog, run):
-  """[{round, class, new_label}] of a run, from the scenario's per-round diagnostics."""
-  return [{'round': r['round'], 'class': int(r['shift_class']),
-           'new_label': int(r['shift_label'])}
-          for r in prog.round_rows if r['run'] == run and r.get('shift_class', -1) >= 0]
+def _concept_shifts(prog, run, kind):
+  """[{round, kind, class, new_label[, other_class]}] of a run, from the scenario's per-round
+  diagnostics (rounds.csv): the shifts as the compiled rounds drew them. other_class: the
+  class a swap exchanged labels with."""
+  shifts = []
+  for r in prog.round_rows:
+    if r['run'] == run and r.get('shift_class', -1) >= 0:
+      shift = {'round': r['round'], 'kind': kind, 'class': int(r['shift_class']),
+               'new_label': int(r['shift_label'])}
+      if kind == 'swap':
+        shift['other_class'] = int(r['shift_other'])
+      shifts.append(shift)
+  return shifts
+
+
+SHIFT_COLUMNS = ('run', 'seed', 'round', 'kind', 'classes', 'pre_shift_accuracy', 'best_since',
+                 'mean_since', 'evaluations_since', 'until_round', 'rounds_to_recover')
+
+
+def _shift_rows(per_run):
+  """shifts.csv: one row per run and shift; classes 'c->l' (class c now labelled l) or
+  'c<->d' (a swap); rounds_to_recover is a number, 'never' (not within the shift's window)
+  or 'unmeasured' (no evaluation before the shift or in its window)."""
+  rows = []
+  for run in per_run:
+    for s in (run.get('concept_shift') or {}).get('shifts', []):
+      classes = (f"{s['class']}<->{s['other_class']}" if s['kind'] == 'swap'
+                 else f"{s['class']}->{s['new_label']}")
+      outcome = {True: s['rounds_to_recover'], False: 'never', None: 'unmeasured'}
+      rows.append({'run': run['run'], 'seed': run['seed'], 'round': s['round'],
+                   'kind': s['kind'], 'classes': classes,
+                   **{k: s[k] for k in SHIFT_COLUMNS[5:-1]},
+                   'rounds_to_recover': outcome[s['recovered']]})
+  return rows
+
+
+def _log_shifts(per_run, log):
+  """One line per run: how many shifts it recovered from, and how fast."""
+  for run in per_run:
+    cs = run.get('concept_shift')
+    if not cs:
+      continue
+    mean = cs['mean_rounds_to_recover']
+    which = f' (run {run["run"]})' if len(per_run) > 1 else ''
+    log(f'concept shift{which}: '
+        f'{cs["shift_count"]} shift(s), {cs["recovered"]} recovered'
+        + (f' (mean {mean:.1f} rounds)' if mean is not None else '')
+        + f', {cs["never_recovered"]} never, {cs["unmeasured"]} unmeasured; average best '
+        f'since the last shift {cs["average_best_since_shift"]:.4f} -> shifts.csv')
 
 
 def _grid_summaries(study, per_run):
@@ -627,6 +665,10 @@ def _grid_summaries(study, per_run):
     reached = [r['rounds_to_target'] for r in ok if r['rounds_to_target'] is not None]
     stats['rounds_to_target'] = {'reached': f'{len(reached)}/{len(mine)}',
                                  'mean': float(np.mean(reached)) if reached else None}
+    shifted = [r['concept_shift'] for r in ok if r.get('concept_shift')]
+    if shifted:  # shifts over the seeds: how many were recovered from, how many never
+      stats['concept_shift'] = {k: sum(c[k] for c in shifted) for k in (
+          'shift_count', 'recovered', 'never_recovered', 'unmeasured')}
     groups.append(stats)
   return groups
 
@@ -670,7 +712,9 @@ def _plot(study, prog, run_dir):
     accs = [r['test_accuracy'] for r in rows]
     report.plot_accuracy(os.path.join(run_dir, 'accuracy.png'), [r['round'] for r in rows],
                          accs, metrics.best_so_far(accs), title,
-                         marks=[shift['round'] for shift in _concept_shifts(prog, 0)])
+                         # the shift of round r falls between the evaluations r-1 and r
+                         marks=[shift['round'] - 0.5 for shift in
+                                _concept_shifts(prog, 0, cfg.concept_shift_kind)])
   else:
     curves = {}
     for point in _points(study):

@@ -16,7 +16,19 @@ sys.path.insert(0, os.path.join(ROOT, 'experiments'))
 import presets  # noqa: E402
 
 # Fields short mode may change: the cut itself, and the grid collapsed to one point.
-CUT = {'rounds', 'seeds', 'grid', 'eval_every'}
+CUT = {'rounds', 'seeds', 'grid', 'eval_every',
+       'concept_shift_count'}  # scaled with the rounds: the paper's shifts per round
+
+
+def test_cut_rounds_keep_the_papers_shifts_per_round():
+  full, short = _by('fedfor_concept', 'full'), _by('fedfor_concept', 'short')
+  assert {c.concept_shift_count for c in full.values()} == {10}  # Table 5: 10 in 200 rounds
+  for c in short.values():
+    assert c.concept_shift_count == presets.scaled_shift_count(10, 200, c.rounds) >= 1
+    c.validate()
+  assert presets.scaled_shift_count(10, 200, 100) == 5
+  assert presets.scaled_shift_count(10, 200, 5) == 1 and presets.scaled_shift_count(10, 20, 8) == 4
+  assert presets.scaled_shift_count(10, 10, 8) == 7  # at most rounds - 1
 
 
 def _by(name, mode):

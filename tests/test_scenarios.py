@@ -17,9 +17,9 @@ def test_concept_shift_moves_one_class_to_another_label():
   scen = scenarios.concept_shift(10, prob=1.0)
   label_map = scen.init(None)
   np.testing.assert_array_equal(label_map, np.arange(10))
-  moved = np.asarray(scen.before_round(label_map, jax.random.key(0)))
+  moved = np.asarray(scen.before_round(label_map, jax.random.key(0), 0))
   assert np.sum(moved != np.arange(10)) == 1 and np.all((0 <= moved) & (moved < 10))
-  still = scenarios.concept_shift(10, prob=0.0).before_round(moved, jax.random.key(1))
+  still = scenarios.concept_shift(10, prob=0.0).before_round(moved, jax.random.key(1), 1)
   np.testing.assert_array_equal(still, moved)  # permanent: nothing moves back by itself
 
 

@@ -4,7 +4,9 @@ A Scenario is a NamedTuple of pure functions that the engine calls inside the co
 its state lives in ServerState.scenario and is checkpointed with everything else.
 
   init(key) -> state
-  before_round(state, key) -> state            e.g. concept shift's label remapping
+  before_round(state, key, done) -> state      e.g. concept shift's label remapping; done =
+                                               rounds completed (the round about to run is
+                                               done + 1)
   relabel(state, y) -> y                       labels as the current concept defines them
   fresh_cohort(data, key, K) -> (rows, counts) stateless clients drawn anew every round, or None
   diagnostics(state_before, state_after) -> {name: int32 scalar} for the round's metrics
@@ -15,7 +17,11 @@ Scenarios:
                      paper), one class chosen uniformly gets a new label drawn uniformly from
                      the other C - 1 labels, for all clients, permanently (until that class
                      is changed again); train and test labels follow the same map. Its
-                     diagnostics name the round's shift: shift_class, shift_label (-1: none)
+                     diagnostics name the round's shift: shift_class, shift_label (-1: none).
+                     kind='swap': two classes exchange labels instead (shift_other names the
+                     second class). count=N: exactly N shifts, at N distinct rounds drawn
+                     once at init from 2..R (Table 5: "10 randomly constructed concept
+                     shifts" in 200 rounds) and carried in the state, so resume replays them
   longtail_stateless every selected client is a fresh sample: each training example is kept
                      with probability fraction * ratio^(rank_c / (C - 1)), with a random class
                      ranking per client (FedFOR's Imbalanced CIFAR-10 prior shift: 10% of the
@@ -43,30 +49,88 @@ class Scenario(NamedTuple):
 
 
 def static():
-  return Scenario('static', init=lambda key: (), before_round=lambda s, key: s,
+  return Scenario('static', init=lambda key: (), before_round=lambda s, key, done: s,
                   relabel=lambda s, y: y)
 
 
-def concept_shift(num_classes, prob):
-  """FedFOR §4.4; the state label_map[c] is class c's current label."""
+KINDS = ('relabel', 'swap')
 
-  def before_round(label_map, key):
-    label_map = jnp.asarray(label_map)
-    k_shift, k_class, k_to = jax.random.split(key, 3)
-    shift = jax.random.uniform(k_shift) < prob
-    c = jax.random.randint(k_class, (), 0, num_classes)
-    # "changed to a different one": uniform over the C - 1 labels other than its current one.
-    new_label = (label_map[c] + jax.random.randint(k_to, (), 1, num_classes)) % num_classes
-    return jnp.where(shift, label_map.at[c].set(new_label), label_map)
+
+class ShiftSchedule(NamedTuple):
+  """Concept shift's state with an exact shift count: the label map and the (1-based) rounds
+  at whose start a shift happens. Without a count the state is the bare label map."""
+  label_map: jax.Array    # int32 [C]: class c's current label
+  shift_rounds: jax.Array  # int32 [N], distinct, each in 2..R
+
+
+def label_map_of(state):
+  """The int32 [C] label map of a concept-shift state (bare map or ShiftSchedule)."""
+  return state.label_map if isinstance(state, ShiftSchedule) else state
+
+
+def relabel_map(label_map, k_class, k_to, num_classes):
+  """FedFOR §4.4's shift: one class chosen uniformly gets a label uniform over the C - 1
+  labels other than its current one ("changed to a different one"). Two classes then share a
+  label (a merge) unless the new label was already vacated by an earlier shift."""
+  c = jax.random.randint(k_class, (), 0, num_classes)
+  new_label = (label_map[c] + jax.random.randint(k_to, (), 1, num_classes)) % num_classes
+  return label_map.at[c].set(new_label)
+
+
+def swap_map(label_map, k_class, k_other, num_classes):
+  """Two distinct classes, drawn uniformly, exchange their current labels (a permutation
+  stays a permutation: no class is merged with another)."""
+  c = jax.random.randint(k_class, (), 0, num_classes)
+  d = (c + jax.random.randint(k_other, (), 1, num_classes)) % num_classes
+  return label_map.at[c].set(label_map[d]).at[d].set(label_map[c])
+
+
+def draw_shift_rounds(key, count, rounds):
+  """`count` distinct rounds from 2..rounds, sorted (round 1 is left out so that the first
+  concept is trained at least one round and a shift has a pre-shift accuracy to regain)."""
+  picked = jax.random.choice(key, rounds - 1, (count,), replace=False) + 2
+  return jnp.sort(picked).astype(jnp.int32)
+
+
+def concept_shift(num_classes, prob, kind='relabel', count=0, rounds=0):
+  """FedFOR §4.4. prob: chance of a shift before each round (used when count == 0); kind:
+  'relabel' (one class to another label) or 'swap' (two classes exchange labels); count > 0:
+  exactly that many shifts at rounds drawn at init from 2..rounds (see draw_shift_rounds)."""
+  if kind not in KINDS:
+    raise ValueError(kind)
+  if count and not 0 < count <= rounds - 1:
+    raise ValueError(f'count {count} needs 2..{rounds} to hold it')
+  shift_fn = relabel_map if kind == 'relabel' else swap_map
+
+  def init(key):
+    label_map = jnp.arange(num_classes, dtype=jnp.int32)
+    if not count:
+      return label_map
+    return ShiftSchedule(label_map, draw_shift_rounds(key, count, rounds))
+
+  def before_round(state, key, done):
+    label_map = jnp.asarray(label_map_of(state))
+    k_shift, k_class, k_to = jax.random.split(key, 3)  # the keys of the first version
+    if count:
+      shift = jnp.any(state.shift_rounds == done + 1)
+    else:
+      shift = jax.random.uniform(k_shift) < prob
+    new = jnp.where(shift, shift_fn(label_map, k_class, k_to, num_classes), label_map)
+    return state._replace(label_map=new) if count else new
 
   def diagnostics(before, after):
-    changed = before != after
-    c = jnp.where(jnp.any(changed), jnp.argmax(changed), -1).astype(jnp.int32)
-    return {'shift_class': c, 'shift_label': jnp.where(c >= 0, after[c], -1).astype(jnp.int32)}
+    changed = label_map_of(before) != label_map_of(after)
+    any_change = jnp.any(changed)
+    c = jnp.where(any_change, jnp.argmax(changed), -1).astype(jnp.int32)
+    out = {'shift_class': c,
+           'shift_label': jnp.where(c >= 0, label_map_of(after)[c], -1).astype(jnp.int32)}
+    if kind == 'swap':  # the second class (the last changed one); relabel rows keep 2 columns
+      last = num_classes - 1 - jnp.argmax(changed[::-1])
+      out['shift_other'] = jnp.where(any_change, last, -1).astype(jnp.int32)
+    return out
 
-  return Scenario('concept_shift', init=lambda key: jnp.arange(num_classes, dtype=jnp.int32),
-                  before_round=before_round, relabel=lambda label_map, y: label_map[y],
-                  diagnostics=diagnostics)
+  return Scenario('concept_shift', init=init, before_round=before_round,
+                  relabel=lambda state, y: label_map_of(state)[y], diagnostics=diagnostics)
 
 
 def longtail_stateless(y_train, num_classes, fraction=0.1, ratio=0.01):
@@ -90,21 +154,24 @@ def longtail_stateless(y_train, num_classes, fraction=0.1, ratio=0.01):
 
     return jax.vmap(one)(jax.random.split(key, cohort_size))
 
-  return Scenario('longtail_stateless', init=lambda key: (), before_round=lambda s, key: s,
+  return Scenario('longtail_stateless', init=lambda key: (), before_round=lambda s, key, done: s,
                   relabel=lambda s, y: y, fresh_cohort=fresh_cohort, max_examples=width)
 
 
 def from_config(config, dataset):
   """The scenario a run's flags ask for, over its training labels."""
   return get(config.scenario, dataset.num_classes, dataset.y_train, config.concept_shift_prob,
-             config.client_fraction, config.imbalance_ratio)
+             config.client_fraction, config.imbalance_ratio, config.concept_shift_kind,
+             config.concept_shift_count, config.rounds)
 
 
-def get(name, num_classes, y_train, concept_shift_prob=0.05, fraction=0.1, ratio=0.01):
+def get(name, num_classes, y_train, concept_shift_prob=0.05, fraction=0.1, ratio=0.01,
+        concept_shift_kind='relabel', concept_shift_count=0, rounds=0):
   if name == 'static':
     return static()
   if name == 'concept_shift':
-    return concept_shift(num_classes, concept_shift_prob)
+    return concept_shift(num_classes, concept_shift_prob, concept_shift_kind,
+                         concept_shift_count, rounds)
   if name == 'longtail_stateless':
     return longtail_stateless(y_train, num_classes, fraction, ratio)
   raise ValueError(name)
