@@ -3,6 +3,8 @@
     python benchmarks/bench.py                 # all workloads, 3 repetitions (~1.5 h on 2 cores)
     python benchmarks/bench.py --quick         # smoke test: two tiny workloads, one round each
     python benchmarks/bench.py --workloads=cnn_mnist_k10 --impls=engine-seq,torch-loop --reps=5
+    python benchmarks/bench.py --workloads=cnn_mnist_k10,cnn_mnist_k100,cnn_cifar_k20 \
+        --impls=engine-seq,torch-loop --conv_impls=im2col,onednn --reps=5
 
 How it measures. A machine shared with other work drifts by tens of percent between runs, so a
 ratio from two back-to-back runs cannot be trusted. For each workload the implementations run
@@ -21,6 +23,10 @@ Implementations:
   jit-loop       a Python loop over clients calling one jitted local-training function
                  (FedJAX's jit-backend style), then a jitted weighted mean
   torch-loop     a per-client PyTorch loop (torch is a benchmark extra: pip install '.[bench]')
+With --conv_impls=A,B each JAX implementation runs once per convolution implementation, named
+IMPL+CONV (engine-seq+im2col, engine-seq+onednn), interleaved with the rest; each IMPL+CONV row
+also gets its paired ratio against IMPL+im2col (`vs_im2col`). A process asked for onednn that
+cannot run it fails rather than timing im2col under the onednn name.
 Each client runs H=10 SGD steps of batch 32 on its own examples; all K clients take part. The
 engine shuffles each client's examples every epoch; the jit-loop and torch loop read
 contiguous, unshuffled batches.
@@ -132,12 +138,21 @@ def jax_device_peak_gb():
   return peak / 1e9 if peak else None
 
 
+def _model(models, model_name, shape, conv_impl):
+  """models.get(...), refusing a silent fallback (onednn unavailable) that would mislabel rows."""
+  model = models.get(model_name, 10, shape, conv_impl=conv_impl)
+  if conv_impl not in ('auto', model.conv_impl):
+    raise SystemExit(f'--conv_impl={conv_impl} cannot run here (the model got '
+                     f'{model.conv_impl}); see the line above')
+  return model
+
+
 def run_engine(model_name, k, shape, chunk, args):
   import jax
   from fedjax_drift import algorithms, config, engine, models, simulation
   from fedjax_drift.data import federated
   x, y, parts = make_data(k, shape)
-  model = models.get(model_name, 10, shape, conv_impl=args.conv_impl)
+  model = _model(models, model_name, shape, args.conv_impl)
   cfg = config.Config(lr=0.05, clients_per_round=k, num_clients=k)
   algo = algorithms.get('fedavg', cfg, model)
   data = federated.build(x, y, parts, 10)
@@ -169,7 +184,7 @@ def run_jit_loop(model_name, k, shape, args):
   from fedjax_drift import models
   from fedjax_drift.algorithms import local
   x, y, _ = make_data(k, shape)
-  model = models.get(model_name, 10, shape, conv_impl=args.conv_impl)
+  model = _model(models, model_name, shape, args.conv_impl)
   opt = optax.sgd(0.05)
 
   @jax.jit
@@ -304,13 +319,15 @@ def child(args):
     result = matmul_peak()
   else:
     model, k, shape = WORKLOADS[args.workload]
-    if args.impl.startswith('engine-'):
-      mode = args.impl[len('engine-'):]
+    impl, _, conv = args.impl.partition('+')
+    args.conv_impl = conv or args.conv_impl
+    if impl.startswith('engine-'):
+      mode = impl[len('engine-'):]
       chunk = {'seq': 1, 'vmap': k}.get(mode) or int(mode[len('chunk'):])
       result = run_engine(model, k, shape, chunk, args)
-    elif args.impl == 'jit-loop':
+    elif impl == 'jit-loop':
       result = run_jit_loop(model, k, shape, args)
-    elif args.impl == 'torch-loop':
+    elif impl == 'torch-loop':
       result = run_torch(model, k, shape, args)
     else:
       raise ValueError(args.impl)
@@ -333,6 +350,16 @@ def implementations(name, model, k, backend='cpu'):
   if k >= 20:
     impls.append('engine-chunk5' if model.startswith('cnn') else 'engine-chunk50')
   return impls + ['jit-loop', 'torch-loop']
+
+
+def with_conv_impls(impls, conv_impls):
+  """Each JAX implementation once per convolution implementation in the comma list
+  `conv_impls` (IMPL+CONV), in order; torch as it is; `impls` unchanged when it is empty."""
+  if not conv_impls:
+    return impls
+  convs = conv_impls.split(',')
+  return [f'{i}+{c}' if i != 'torch-loop' else i for i in impls
+          for c in (convs if i != 'torch-loop' else [None])]
 
 
 def spawn(workload, impl, args):
@@ -397,6 +424,12 @@ def summarise(runs, peaks):
                          for i in paired])
       row['rss_' + key] = _stats([ok[i]['peak_rss_gb'] / other[i]['peak_rss_gb']
                                   for i in paired])
+    if '+' in impl:  # IMPL+CONV against IMPL+im2col, paired the same way
+      other = {i: r for i, r in by_key.get((workload, impl.split('+')[0] + '+im2col'),
+                                           {}).items() if 'sample_grads_per_s' in r}
+      paired = [i for i in ok if i in other]
+      row['vs_im2col'] = _stats([ok[i]['sample_grads_per_s'] / other[i]['sample_grads_per_s']
+                                 for i in paired])
     rows.append(row)
   return rows
 
@@ -421,6 +454,7 @@ def print_row(row):
         f'{_fmt(row["xla_estimate_gb"], ".2f"):>17} {_fmt(row["compile_s"], ".1f"):>17} '
         f'{_fmt(row["vs_torch_loop"], ".2f", "x"):>20} {_fmt(row["vs_jit_loop"], ".2f", "x"):>20} '
         f'{_fmt(row["rss_vs_torch_loop"], ".2f", "x"):>20}'
+        + (f'  vs im2col {_fmt(row["vs_im2col"], ".2f", "x")}' if row.get('vs_im2col') else '')
         + (f'  ({row["ok"]}/{row["reps"]} ok: {"; ".join(row["errors"])})'
            if row['ok'] < row['reps'] else ''), flush=True)
 
@@ -490,7 +524,11 @@ def main():
   parser.add_argument('--rounds', type=int, default=2, help='timed rounds per process, at least')
   parser.add_argument('--min_seconds', type=float, default=-1,
                       help='timed seconds per process, at least (default 3; 0 with --quick)')
-  parser.add_argument('--conv_impl', default='auto', help='auto, im2col or lax (JAX models)')
+  parser.add_argument('--conv_impl', default='auto',
+                      help='auto, im2col, lax or onednn (JAX models)')
+  parser.add_argument('--conv_impls', default='',
+                      help='comma list, e.g. im2col,onednn: run each JAX implementation once '
+                      'per convolution implementation, interleaved (named IMPL+CONV)')
   parser.add_argument('--timeout', type=int, default=1800, help='seconds per process')
   parser.add_argument('--out', default='', help='raw JSON (default: benchmarks/results/'
                       'DATE-TIME-BACKEND.json)')
@@ -508,9 +546,14 @@ def main():
   if unknown:
     sys.exit(f'error: --workloads: unknown {unknown}; choose from {sorted(WORKLOADS)}')
   only = set(args.impls.split(',')) if args.impls else None
+  bad = [c for c in args.conv_impls.split(',') if args.conv_impls and
+         c not in ('auto', 'im2col', 'lax', 'onednn')]
+  if bad:
+    sys.exit(f'error: --conv_impls: unknown {bad}; choose from auto, im2col, lax, onednn')
 
   record = dict(host=host_info(), reps=reps, rounds=args.rounds, min_seconds=args.min_seconds,
-                conv_impl=args.conv_impl, peaks=[], runs=[], rows=[])
+                conv_impl=args.conv_impl, conv_impls=args.conv_impls, peaks=[], runs=[],
+                rows=[])
   out = args.out or os.path.join(
       ROOT, 'benchmarks', 'results',
       datetime.datetime.now().strftime('%Y-%m-%d-%H%M%S') + '.json')
@@ -531,7 +574,8 @@ def main():
   print(HEADER)
   for name in names:
     model, k, shape = WORKLOADS[name]
-    impls = [i for i in implementations(name, model, k, backend) if not only or i in only]
+    impls = with_conv_impls([i for i in implementations(name, model, k, backend)
+                             if not only or i in only], args.conv_impls)
     for rep in range(1 if name in ENGINE_ONLY else reps):
       if rep or name != names[0]:  # the matmul peak drifts too: one per cycle
         record['peaks'].append(spawn(name, 'peak', args))

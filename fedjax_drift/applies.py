@@ -38,6 +38,9 @@ PART_READS = {
     'moon': ('moon_mu', 'moon_temperature'),
     'fedbn': (),
     'feddistill': ('distill_lambda', 'kd_temperature', 'kd_tau2'),
+    'fedgen': ('fedgen_alpha', 'fedgen_beta', 'fedgen_decay', 'fedgen_noise_dim', 'fedgen_hidden',
+               'fedgen_steps', 'fedgen_lr', 'fedgen_weight_decay', 'fedgen_batch',
+               'fedgen_client_batch', 'fedgen_diversity', 'fedgen_teacher'),
     'attention': ('attention_similarity', 'attention_temperature'),  # every attention_* aggregator
     'projection': ('moon_projection_dim', 'projection_hidden'),  # MOON, FedGKD+: the head
 }
@@ -71,6 +74,9 @@ CHOICE_READS = {
     ('augment', 'crop_flip'): ('augment_pad',),
     ('augment', 'flip_rotate'): ('augment_degrees',),
     ('personalize', 'calibrate'): ('personalize_epochs', 'personalize_term'),
+    ('lr_schedule', 'step'): ('lr_decay', 'lr_step_rounds'),
+    ('lr_schedule', 'exponential'): ('lr_decay',),
+    ('lr_schedule', 'cosine'): ('lr_min',),
     ('personalize_term', 'prox'): ('prox_mu',),
     ('personalize_term', 'self_kd'): ('kd_lambda', 'kd_temperature', 'kd_tau2'),
 }

@@ -122,6 +122,18 @@ class Config:
   batch_size: int = _f(32, 'local minibatch size; 0 = the client\'s full data every step',
                        group='local training')
   lr: float = _f(0.05, 'local learning rate eta', group='local training')
+  lr_schedule: str = _f('constant', 'round-level schedule of the client learning rate, at the '
+                        'round index inside the compiled round (optax; fedjax_drift/'
+                        'schedules.py): step = lr * lr_decay^floor(t / lr_step_rounds), '
+                        'exponential = lr * lr_decay^t, cosine = from lr down to lr * lr_min '
+                        'over --rounds', ('constant', 'step', 'exponential', 'cosine'),
+                        group='local training')
+  lr_decay: float = _f(0.0, '--lr_schedule=step|exponential: the factor d in (0, 1] (e.g. 0.1 '
+                       'every --lr_step_rounds, or 0.998 per round); 0 = not given',
+                       group='local training')
+  lr_step_rounds: int = _f(0, '--lr_schedule=step: rounds between decays', group='local training')
+  lr_min: float = _f(0.0, '--lr_schedule=cosine: the floor as a fraction of --lr (optax\'s '
+                     'alpha), in [0, 1]', group='local training')
   local_momentum: float = _f(0.0, 'local SGD momentum', group='local training')
   weight_decay: float = _f(0.0, 'L2 weight decay added to the local gradient',
                            group='local training')
@@ -200,6 +212,37 @@ class Config:
   distill_lambda: float = _f(1.0, 'FedDistill+ weight lambda of the KL to the global '
                              'per-label logits (1 = the FedGen code; 0 = FedAvg)',
                              group='algorithm')
+  fedgen_alpha: float = _f(10.0, 'FedGen: client weight alpha of the CE of the head on generated '
+                           'features (the FedGen code\'s generative_alpha, RUNCONFIGS mnist/celeb/'
+                           'emnist: 10); 0 with --fedgen_beta=0 = FedAvg', group='algorithm')
+  fedgen_beta: float = _f(10.0, 'FedGen: client weight beta of the KL to the head\'s output on '
+                          'generated features of the batch\'s labels (the code\'s '
+                          'generative_beta: 10 mnist/celeb, 1 emnist)', group='algorithm')
+  fedgen_decay: float = _f(0.98, 'FedGen: alpha and beta are multiplied by this each round '
+                           '(floor 1e-4; the code\'s exp_lr_scheduler decay=0.98)',
+                           group='algorithm')
+  fedgen_noise_dim: int = _f(32, 'FedGen: generator noise width (the code\'s GENERATORCONFIGS: '
+                             '32 mnist/emnist, 64 cifar)', group='algorithm')
+  fedgen_hidden: int = _f(256, 'FedGen: generator hidden width (the code: 256 mnist/emnist, '
+                          '512 cifar; FedGKD §5.1: 512 ResNet-8, 2048 ResNet-50)',
+                          group='algorithm')
+  fedgen_steps: int = _f(50, 'FedGen: server Adam steps on the generator per round (the code: '
+                         'ensemble_epochs 50 / 5 teacher iterations x 5)', group='algorithm')
+  fedgen_lr: float = _f(3e-4, 'FedGen: generator Adam learning rate, times 0.98 each round (the '
+                        'code\'s ensemble_lr: 3e-4 mnist/celeb, 1e-4 emnist)', group='algorithm')
+  fedgen_weight_decay: float = _f(1e-2, 'FedGen: generator Adam L2 weight decay (the code\'s '
+                                  'RUNCONFIGS weight_decay 1e-2)', group='algorithm')
+  fedgen_batch: int = _f(0, 'FedGen: labels per generator step on the server; 0 = --batch_size '
+                         '(the code trains it with the users\' batch_size), or 32 if that is 0',
+                         group='algorithm')
+  fedgen_client_batch: int = _f(32, 'FedGen: generated features per local step (the code\'s '
+                                '--gen_batch_size=32)', group='algorithm')
+  fedgen_diversity: float = _f(1.0, 'FedGen: weight of the generator\'s diversity loss (the '
+                               'code\'s ensemble_eta=1)', group='algorithm')
+  fedgen_teacher: str = _f('clients', 'FedGen: the generator\'s teacher loss; clients = sum_k '
+                           'w_k(y) CE(head_k(z), y) (the code), ensemble = CE of the label-'
+                           'weighted sum of the heads\' logits', ('clients', 'ensemble'),
+                           group='algorithm')
   ntd_beta: float = _f(0.3, 'FedNTD beta', group='algorithm')
   ntd_temperature: float = _f(1.0, 'FedNTD temperature tau', group='algorithm')
   rs_alpha: float = _f(0.5, 'FedRS: scale of absent classes\' logits (1 = FedAvg)',
@@ -242,9 +285,11 @@ class Config:
   num_processes: int = _f(0, 'jax.distributed: number of processes (0 = detect)', group='run')
   process_id: int = _f(-1, 'jax.distributed: this process\'s id, 0 .. num_processes-1 '
                        '(-1 = detect)', group='run')
-  conv_impl: str = _f('auto', 'how convolutions are computed: im2col (patches + GEMM) or lax '
-                      '(lax.conv_general_dilated: cuDNN, TPU); auto = im2col on CPU, lax on '
-                      'GPU/TPU', ('auto', 'im2col', 'lax'), group='model')
+  conv_impl: str = _f('auto', 'how convolutions are computed: im2col (patches + GEMM), lax '
+                      '(lax.conv_general_dilated: cuDNN, TPU) or onednn (oneDNN custom calls on '
+                      'CPU; pip install ".[onednn]" and a C++ compiler, else im2col, said in '
+                      'one line); auto = im2col on CPU, lax on GPU/TPU',
+                      ('auto', 'im2col', 'lax', 'onednn'), group='model')
   memory_budget_gb: float = _f(0.0, 'refuse to start if the data and state (checked from '
                                'shapes before building) or XLA\'s estimate for one segment need '
                                'more than this (0 = 90% of what this process may use now: free '
@@ -265,9 +310,13 @@ class Config:
   eval_protocol: str = _f('auto', 'global: the global model on the whole test set; fedbn: '
                           'each client\'s own model (global weights + its local BatchNorm '
                           'layers) on its own test split, accuracy = the mean over domains '
-                          '(FedBN); auto = fedbn when BatchNorm stays local and clients have '
-                          'test splits (--partition=domains or --test_partition=like_train)',
-                          ('auto', 'global', 'fedbn'), group='output')
+                          '(FedBN); local: --algo=local_only\'s clients\' own models on their '
+                          'own test splits, accuracy = the mean over clients; auto = local for '
+                          'local_only, fedbn when BatchNorm stays local and clients have '
+                          'test splits (--partition=domains or --test_partition=like_train), '
+                          'else global. With test splits every protocol also reports the mean, '
+                          'std and worst per-client accuracy (metrics.csv client_*)',
+                          ('auto', 'global', 'fedbn', 'local'), group='output')
   select_on: str = _f('auto', 'how a --grid sweep picks its point (summary.json selected): '
                       'by the validation split\'s accuracy (needs --val_fraction), or by the '
                       'test accuracy, as several papers did; auto = validation when '
@@ -350,10 +399,18 @@ class Config:
       if not (value == -1 or 0 <= value <= 1):
         raise UserError(f'--{name}={value} must be in [0, 1] (or -1 for --beta)')
     for name in ('for_alpha', 'gkd_gamma', 'vote_lambda', 'igfl_group', 'prox_mu', 'dyn_alpha',
-                 'curv_lambda', 'ntd_beta', 'moon_mu', 'distill_lambda'):
+                 'curv_lambda', 'ntd_beta', 'moon_mu', 'distill_lambda', 'fedgen_alpha',
+                 'fedgen_beta', 'fedgen_lr', 'fedgen_weight_decay', 'fedgen_diversity'):
       value = getattr(self, name)
       if not (math.isfinite(value) and value >= 0):
         raise UserError(f'--{name}={value} must be a finite number >= 0')
+    if not 0 < self.fedgen_decay <= 1:
+      raise UserError(f'--fedgen_decay={self.fedgen_decay} must be in (0, 1]')
+    for name in ('fedgen_noise_dim', 'fedgen_hidden', 'fedgen_client_batch', 'fedgen_steps',
+                 'fedgen_batch'):
+      least = 0 if name in ('fedgen_steps', 'fedgen_batch') else 1
+      if getattr(self, name) < least:
+        raise UserError(f'--{name}={getattr(self, name)} must be >= {least}')
     if self.moon_projection_dim < 1:
       raise UserError(f'--moon_projection_dim={self.moon_projection_dim} must be >= 1')
     if self.image_size < 0 or not 1 <= self.digits5_parts <= 10:
@@ -377,6 +434,7 @@ class Config:
         raise UserError(f'--{name}={value} must be in [0, 1)')
     if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
       raise UserError(f'--weight_decay={self.weight_decay} must be >= 0')
+    self._validate_lr_schedule()
     self._validate_pipeline()
     if not 0 <= self.target_accuracy <= 1:
       raise UserError(f'--target_accuracy={self.target_accuracy} must be in [0, 1]')
@@ -404,6 +462,13 @@ class Config:
     if self.personalize == 'calibrate' and self.test_partition != 'like_train':
       raise UserError('--personalize=calibrate needs a per-client test split: add '
                       '--test_partition=like_train')
+    if self.algo == 'local_only' and not (self.test_partition == 'like_train'
+                                          or self.partition == 'domains'):
+      raise UserError('--algo=local_only tests each client\'s model on its own test split: add '
+                      '--test_partition=like_train (or use --partition=domains)')
+    if self.algo == 'local_only' and self.personalize != 'none':
+      raise UserError(f'--personalize={self.personalize} calibrates the global model, which '
+                      '--algo=local_only never trains; drop it')
     if self.personalize_epochs < 1:
       raise UserError(f'--personalize_epochs={self.personalize_epochs} must be >= 1')
     if self.tensorboard and importlib.util.find_spec('tensorboardX') is None:
@@ -435,6 +500,18 @@ class Config:
     if self.select_on != 'auto':
       return self.select_on
     return 'validation' if self.val_fraction else 'test'
+
+  def _validate_lr_schedule(self):
+    """--lr_schedule and the flags of its kind (schedules.py)."""
+    if self.lr_schedule in ('step', 'exponential') and not (
+        math.isfinite(self.lr_decay) and 0 < self.lr_decay <= 1):
+      raise UserError(f'--lr_schedule={self.lr_schedule} needs --lr_decay in (0, 1], got '
+                      f'{self.lr_decay:g}')
+    if self.lr_schedule == 'step' and self.lr_step_rounds < 1:
+      raise UserError(f'--lr_schedule=step needs --lr_step_rounds >= 1 (rounds between '
+                      f'decays), got {self.lr_step_rounds}')
+    if not (math.isfinite(self.lr_min) and 0 <= self.lr_min <= 1):
+      raise UserError(f'--lr_min={self.lr_min} must be in [0, 1] (a fraction of --lr)')
 
   def _validate_pipeline(self):
     """The training-pipeline flags (data/pipeline.py, algorithms/local.py)."""
@@ -499,9 +576,11 @@ def from_dict(values: dict, base: Optional[Config] = None) -> Config:
 GRIDABLE = ('lr', 'server_lr', 'beta', 'beta_local', 'beta_global', 'phi', 'kd_lambda',
             'kd_temperature', 'for_alpha', 'gkd_gamma', 'vote_lambda', 'attention_temperature',
             'igfl_group', 'prox_mu', 'dyn_alpha', 'curv_lambda', 'distill_lambda', 'ntd_beta',
+            'fedgen_alpha', 'fedgen_beta', 'fedgen_decay', 'fedgen_lr', 'fedgen_weight_decay',
+            'fedgen_diversity',
             'ntd_temperature',
             'rs_alpha', 'moon_mu', 'moon_temperature', 'server_tau', 'server_beta1',
-            'server_beta2', 'local_momentum', 'weight_decay')
+            'server_beta2', 'local_momentum', 'weight_decay', 'lr_decay', 'lr_min')
 
 
 def parse_grid(text):

@@ -40,7 +40,12 @@ from fedjax_drift.algorithms import fedbn
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
 
-PROTOCOLS = ('auto', 'global', 'fedbn')
+PROTOCOLS = ('auto', 'global', 'fedbn', 'local')
+
+# metrics.csv columns from clients' own test splits (CLIENT_COLUMNS[:3] with any protocol when
+# clients have test splits; the last with --eval_protocol=local).
+CLIENT_COLUMNS = ('client_mean_accuracy', 'client_std_accuracy', 'client_worst_accuracy',
+                  'global_test_mean_accuracy')
 
 
 def keeps_norms_local(config) -> bool:
@@ -49,9 +54,19 @@ def keeps_norms_local(config) -> bool:
 
 
 def resolve(config) -> str:
-  """'global' or 'fedbn' for config.eval_protocol; refuses a fedbn protocol that cannot hold."""
+  """'global', 'fedbn' or 'local' for config.eval_protocol; refuses a protocol that cannot
+  hold."""
   local = keeps_norms_local(config)
   has_splits = config.partition == 'domains' or config.test_partition == 'like_train'
+  only_local = config.algo == 'local_only'
+  if only_local and config.eval_protocol not in ('auto', 'local'):
+    raise UserError(f'--eval_protocol={config.eval_protocol}: --algo=local_only trains no '
+                    'global model; its protocol is local (each client\'s own model)')
+  if config.eval_protocol == 'local' and not only_local:
+    raise UserError('--eval_protocol=local tests the clients\' own models of --algo=local_only; '
+                    f'--algo={config.algo} has a global model (use global or auto)')
+  if only_local:
+    return 'local'
   if config.eval_protocol == 'auto':
     return 'fedbn' if local and has_splits else 'global'
   if config.eval_protocol == 'fedbn':
@@ -106,7 +121,7 @@ def make(study) -> Evaluator:
   """The jitted evaluation of every run of a study (study.Study) under its protocol, on the
   test set and (--val_fraction) on each run's validation split. Inputs are normalised as
   training batches are (the pipeline's norm), never augmented."""
-  test = _make_test(study)
+  test = _with_client_columns(study, _make_test(study))
   if study.experiments[0].validation is None:
     return test
   validate, val_inputs = (_make_local_validation(study) if test.protocol == 'local'
@@ -203,6 +218,8 @@ def _make_test(study) -> Evaluator:
   cfg, exp = study.config, study.experiments[0]
   norm = exp.pipeline.norm if exp.pipeline is not None else None
   ds, protocol = exp.dataset, resolve(exp.config)
+  if protocol == 'local':
+    return _make_local(study)
   columns = domain_columns(ds)
   x, y = jnp.asarray(ds.x_test), jnp.asarray(ds.y_test)
   if protocol == 'global' and not columns:  # the pooled accuracy alone: the engine's evaluator
@@ -294,3 +311,121 @@ def _domain_sums(apply_fn, batch_size, num_domains, norm, per_client):
     return loss.sum(0), correct.sum(0), count.sum(0)
 
   return sums
+
+
+# ----------------------------------------------------- clients' own test splits (CLIENT_COLUMNS)
+
+
+def client_summary(accuracy, count):
+  """Per-client accuracies [..., N] and test counts [..., N] -> {client_mean_accuracy,
+  client_std_accuracy, client_worst_accuracy} [...]: the unweighted mean over the clients
+  that hold test examples, the population std (ddof 0, as personalize.summarize) and the
+  lowest."""
+  present = (count > 0).astype(jnp.float32)
+  n = jnp.maximum(present.sum(-1), 1)
+  mean = (accuracy * present).sum(-1) / n
+  std = jnp.sqrt((((accuracy - mean[..., None]) * present) ** 2).sum(-1) / n)
+  worst = jnp.min(jnp.where(count > 0, accuracy, jnp.inf), -1)
+  return {'client_mean_accuracy': mean, 'client_std_accuracy': std,
+          'client_worst_accuracy': worst}
+
+
+def _padded_owners(study):
+  """int32 [R_pad, M]: each run's test_owner, padded like the state's run axis."""
+  ds = study.experiments[0].dataset
+  runs = jax.tree.leaves(study.state.params)[0].shape[0]
+  owners = [test_owner(e.test_parts, len(ds.y_test)) for e in study.experiments]
+  return np.stack(owners + [owners[-1]] * (runs - len(owners)))
+
+
+def _with_client_columns(study, test):
+  """test with CLIENT_COLUMNS[:3] added when clients have test splits (--test_partition=
+  like_train, --partition=domains): the model the protocol tests for each client (global:
+  the global model; fedbn: with that client's norm layers) on that client's split, in one
+  more pass over the test set inside the same compiled evaluation. The local protocol
+  computes its own."""
+  exp = study.experiments[0]
+  if exp.test_parts is None or test.protocol == 'local':
+    return test
+  cfg, ds = study.config, exp.dataset
+  norm = exp.pipeline.norm if exp.pipeline is not None else None
+  num_clients = len(exp.train_parts)
+  per_client = test.protocol == 'fedbn'
+  sums = _domain_sums(exp.model.apply, cfg.eval_batch_size, num_clients, norm, per_client)
+
+  def by_client(state, inputs):
+    rows = state.clients['fedbn']['norms'] if per_client else state.params
+    _, correct, count = engine.over_runs(  # "domains" = clients: sums per owner
+        lambda p, r, s, o: sums(p, r, inputs['x'], exp.scenario.relabel(s, inputs['y']),
+                                jnp.maximum(o, 0), o),
+        (state.params, rows, state.scenario, inputs['owner']), study.width)
+    return client_summary(correct / jnp.maximum(count, 1), count)
+
+  def both(state, inputs):
+    return {**test.evaluate(state, inputs['test']), **by_client(state, inputs['clients'])}
+
+  inputs = {'x': jnp.asarray(ds.x_test), 'y': jnp.asarray(ds.y_test),
+            'owner': jnp.asarray(_padded_owners(study), jnp.int32)}
+  return test._replace(evaluate=jax.jit(both), inputs={'test': test.inputs, 'clients': inputs})
+
+
+def _make_local(study) -> Evaluator:
+  """--eval_protocol=local (--algo=local_only): client i's own model theta_i (per-client state
+  state.clients['local_only']['params']) on its own test split; the run's accuracy and loss
+  are the unweighted means over the clients that hold test examples, with CLIENT_COLUMNS[:3]
+  from the same numbers, and global_test_mean_accuracy the mean over clients of each model's
+  accuracy on the whole test set. Clients go one after another (lax.map), each split in
+  batches of --eval_batch_size (padded to the largest split, masked). No per-domain columns."""
+  cfg, exp = study.config, study.experiments[0]
+  ds = exp.dataset
+  norm = exp.pipeline.norm if exp.pipeline is not None else None
+  runs = jax.tree.leaves(study.state.params)[0].shape[0]
+  parts = [e.test_parts for e in study.experiments]
+  parts += [parts[-1]] * (runs - len(parts))
+  width = max(1, max(len(p) for run in parts for p in run))
+  batch = min(cfg.eval_batch_size, width)  # each split goes through in batches of this size
+  width = -(-width // batch) * batch
+  index = np.stack([[np.pad(np.asarray(p, np.int64), (0, width - len(p))) for p in run]
+                    for run in parts]).astype(np.int32)
+  count = np.array([[len(p) for p in run] for run in parts], np.int32)
+  whole_set = engine.make_evaluator(exp.model.apply, cfg.eval_batch_size, norm)
+
+  def own_split(params, x, y, rows, n):
+    """(mean loss, accuracy) of params on the examples rows[:n], `batch` rows at a time."""
+
+    def one(args):
+      rb, position = args
+      logits = exp.model.apply(params, input_pipeline.preprocess(x[rb], norm))
+      mask = (position < n).astype(jnp.float32)
+      losses = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[rb][:, None], 1)[:, 0]
+      correct = (jnp.argmax(logits, -1) == y[rb]).astype(jnp.float32)
+      return (losses * mask).sum(), (correct * mask).sum()
+
+    loss, correct = jax.lax.map(one, (rows.reshape(-1, batch),
+                                      jnp.arange(rows.shape[0]).reshape(-1, batch)))
+    return loss.sum() / jnp.maximum(n, 1), correct.sum() / jnp.maximum(n, 1)
+
+  def one_run(models, concept, index, count, x, y):
+    y = exp.scenario.relabel(concept, y)
+
+    def one_client(args):
+      params, rows, n = args
+      loss, acc = own_split(params, x, y, rows, n)
+      return loss, acc, whole_set(params, x, y)[1]
+
+    return jax.lax.map(one_client, (models, index, count))
+
+  def all_runs(state, inputs):
+    loss, acc, whole = engine.over_runs(
+        lambda m, s, i, c: one_run(m, s, i, c, inputs['x'], inputs['y']),
+        (state.clients['local_only']['params'], state.scenario, inputs['index'],
+         inputs['count']), study.width)
+    stats = client_summary(acc, inputs['count'])
+    present = (inputs['count'] > 0).astype(jnp.float32)
+    n = jnp.maximum(present.sum(-1), 1)
+    return {'loss': (loss * present).sum(-1) / n, 'accuracy': stats['client_mean_accuracy'],
+            **stats, 'global_test_mean_accuracy': whole.mean(-1)}
+
+  inputs = {'x': jnp.asarray(ds.x_test), 'y': jnp.asarray(ds.y_test),
+            'index': jnp.asarray(index), 'count': jnp.asarray(count)}
+  return Evaluator('local', [], jax.jit(all_runs), inputs)

@@ -141,6 +141,10 @@ def _check_resumable(config, run_dir):
       raise UserError(f'--resume continues {run_dir} as recorded; '
                       f'{rundir.first_difference(record.data["config"], now)}')
   inputs.check_unchanged(saved['_resolved'].get('inputs', {}), run_dir)
+  if config.lr_schedule == 'cosine' and saved.get('rounds', config.rounds) != config.rounds:
+    raise UserError(f'--resume: --lr_schedule=cosine decays over the run\'s --rounds='
+                    f'{saved["rounds"]}, so --rounds={config.rounds} would change the rounds '
+                    'already run; resume with the same --rounds')
   latest = Checkpointer(run_dir).latest_round()
   if latest is not None and config.rounds < latest:
     raise UserError(f'--resume: --rounds={config.rounds} is below round {latest}, where '
@@ -335,11 +339,17 @@ def _log_header(study, compiled, run_dir, log):
       parts.append('a dropout key per local step')
     log('inputs: ' + '; '.join(parts))
   ev = compiled.evaluate
-  if ev.protocol == 'fedbn' or ev.columns:
+  if ev.protocol == 'local':
+    log('evaluation: --eval_protocol=local (each client\'s own model on its own test split, '
+        'accuracy = the mean over clients; global_test_mean_accuracy = their mean on the '
+        'whole test set)')
+  elif ev.protocol == 'fedbn' or ev.columns:
     log(f'evaluation: --eval_protocol={ev.protocol} ('
         + ('each client\'s own model on its own test split, accuracy = the mean over domains'
            if ev.protocol == 'fedbn' else 'the global model on the whole test set')
         + (f'; per domain: {", ".join(ev.columns)}' if ev.columns else '') + ')')
+  if exp.test_parts is not None and ev.protocol != 'local':
+    log('per-client test splits: metrics.csv client_mean/std/worst_accuracy')
   available = _available_memory()
   log(f'memory estimate (XLA, one segment): {compiled.memory_bytes / 1e9:.2f} GB'
       + (f' of {available / 1e9:.1f} GB available' if available else '')
@@ -394,9 +404,10 @@ class _Progress:
       domains = dict(zip(columns, map(float, result['domain_accuracy'][r]))) if columns else {}
       val = ({'val_accuracy': float(result['val_accuracy'][r]),
               'val_loss': float(result['val_loss'][r])} if 'val_accuracy' in result else {})
+      clients = {k: float(result[k][r]) for k in evaluation.CLIENT_COLUMNS if k in result}
       self.eval_rows.append({'run': r, 'round': done, 'test_accuracy': float(accs[r]),
                              'test_loss': float(losses[r]), 'best_accuracy': self.best[r],
-                             **val, **domains, 'elapsed_s': elapsed})
+                             **val, **clients, **domains, 'elapsed_s': elapsed})
 
 
 def _loop(study, compiled, out, log):

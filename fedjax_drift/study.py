@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import algorithms, applies, engine, errors, evaluation, models, saved
+from fedjax_drift import (algorithms, applies, engine, errors, evaluation, models, saved,
+                          schedules)
 from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
 from fedjax_drift.data import domains, federated, partitions, scenarios, sources
 from fedjax_drift.data import pipeline as input_pipeline
@@ -267,9 +268,8 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
                     f'--algo={config.algo}\'s per-client state would never be used; pick a '
                     'stateless algorithm')
   pipeline = input_pipeline.from_config(config, shared.norm, getattr(model, "has_dropout", False))
-  round_fn = engine.make_round(algo, schedule, max_local_steps, config.clients_per_round,
-                               algorithms.weighting(config), chunk, config.cohort_sampler,
-                               config.devices, scenario, pipeline)
+  round_fn = scheduled_round(config, model, server_data, schedule, max_local_steps, chunk,
+                             scenario, pipeline)
   return Experiment(config, ds, train_parts, test_parts, model, algo, data, state, round_fn,
                     schedule, max_local_steps, chunk, strategy, server_data, scenario,
                     pipeline, validation)
@@ -352,17 +352,33 @@ def build(config: Config, runs=None, preflight=None) -> Study:
                _stack([e.state for e in padded]), step, max_local_steps)
 
 
+def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk, scenario,
+                    pipeline):
+  """round_fn(state, data) -> (state, metrics) of one run. The algorithm is built inside the
+  trace at the round's client learning rate (schedules.py: --lr_schedule at state.round), so
+  a schedule costs the host nothing and a resume continues it exactly; with a constant
+  schedule the config is untouched and the program is the unscheduled one."""
+
+  def round_fn(state, data):
+    at_round = schedules.at_round(config, state.round)
+    algo = algorithms.get(at_round.algo, at_round, model, server_data)
+    state, metrics = engine.make_round(
+        algo, schedule, max_local_steps, at_round.clients_per_round,
+        algorithms.weighting(at_round), chunk, at_round.cohort_sampler, at_round.devices,
+        scenario, pipeline)(state, data)
+    return state, {**metrics, **schedules.diagnostics(at_round)}
+
+  return round_fn
+
+
 def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
   """(state, data, inputs) -> (state, metrics) for every run: each run's algorithm is built
   inside the trace from its traced hyperparameters and server data."""
 
   def one_run(state, index, count, hist, run_inputs, data):
     config = dataclasses.replace(base, **run_inputs['hp'])
-    algo = algorithms.get(config.algo, config, exp.model, run_inputs['server_data'])
-    round_fn = engine.make_round(algo, exp.schedule, max_local_steps, config.clients_per_round,
-                                 algorithms.weighting(config), exp.chunk,
-                                 config.cohort_sampler, config.devices, exp.scenario,
-                                 exp.pipeline)
+    round_fn = scheduled_round(config, exp.model, run_inputs['server_data'], exp.schedule,
+                               max_local_steps, exp.chunk, exp.scenario, exp.pipeline)
     return round_fn(state, data._replace(client_index=index, client_count=count,
                                          label_hist=hist))
 

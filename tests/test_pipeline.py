@@ -357,7 +357,7 @@ def test_kd_tau2_reaches_every_kl_term():
   np.testing.assert_allclose(ntd[1], ntd[0] * temperature ** 2, rtol=1e-5)
   # FedGKD (buffer of one: the teacher is the received model) and its MSE variant.
   part = fedgkd.ensemble_distillation(0.2, 1, temperature, 'kl', True)
-  sent = {'fedgkd': t}
+  sent = {'fedgkd': {'teacher': t, 'on': jnp.ones(())}}
   gkd_ctx = ctx._replace(payload=sent)
   np.testing.assert_allclose(part.loss(None, s, batch, gkd_ctx),
                              0.1 * _fedgkd_code_kd(np.asarray(s, np.float64),
@@ -380,7 +380,8 @@ def test_gkd_mse_is_the_code_mse_loss():
   np.testing.assert_allclose(distill.logit_mse(t, s, mask),
                              np.mean((s[:3].astype(np.float64) - t[:3]) ** 2), rtol=1e-6)
   part = fedgkd.ensemble_distillation(0.2, 1, 0.5, 'mse')  # no temperature, no tau^2
-  ctx = _ctx(None, lambda p, x: x @ p)._replace(payload={'fedgkd': jnp.asarray(t)})
+  sent = {'fedgkd': {'teacher': jnp.asarray(t), 'on': jnp.ones(())}}
+  ctx = _ctx(None, lambda p, x: x @ p)._replace(payload=sent)
   batch = Batch(jnp.eye(6), jnp.zeros(6, jnp.int32), jnp.ones(6))
   np.testing.assert_allclose(part.loss(None, jnp.asarray(s), batch, ctx), 0.1 * want,
                              rtol=1e-6)

@@ -81,9 +81,8 @@ def test_text_folder_with_string_labels(tmp_path, kind):
 
 def test_single_text_file_needs_a_split_column(tmp_path):
   path = tmp_path / 'all.jsonl'
-  rows = [{'text': f'text {i}', 'label': i % 3, 'split': ('train', 'test', 'validation')[i % 3
-                                                                                          if i > 2 else 0]}
-          for i in range(9)]
+  splits = ['train'] * 4 + ['test', 'validation', 'train', 'test', 'dev']
+  rows = [{'text': f'text {i}', 'label': i % 3, 'split': s} for i, s in enumerate(splits)]
   path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
   texts = text.read_text_files(str(path))
   assert texts.train == ['text 0', 'text 1', 'text 2', 'text 3', 'text 6']

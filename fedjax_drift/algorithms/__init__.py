@@ -14,8 +14,8 @@ from typing import NamedTuple
 import jax
 
 from fedjax_drift.algorithms import (fedadc, fedbn, fedcurv, feddistill, feddyn, fedfor,
-                                     fedgkd, fedntd, fedprox,
-                                     fedrs, igfl, local, moon, scaffold,
+                                     fedgen, fedgkd, fedntd, fedprox,
+                                     fedrs, igfl, local, local_only, moon, scaffold,
                                      server_optimizers)
 from fedjax_drift.algorithms.parts import compose
 from fedjax_drift import models
@@ -70,6 +70,11 @@ RECIPES = {
                               'n_k/n over the selected users',
                               summary='per-label logit distillation + parameter averaging '
                               '(FedGen paper, §5 "FedDistill+")'),
+    'fedgen': Recipe(('fedgen',),
+                     weighting_source='FedGen code, serverbase.aggregate_parameters: n_k/n '
+                     'over the selected users',
+                     summary='server-side conditional generator of penultimate features, '
+                     'distilled into the clients\' heads (Zhu et al. 2021, FedGen)'),
     'igfl_c': Recipe(('igfl_c',), weighting='uniform',
                      weighting_source='IGFL paper, Alg. 3 l.1, l.7',
                      summary='group-aware local steps'),
@@ -109,10 +114,14 @@ RECIPES = {
                       summary='adaptive server (Yogi)'),
     'fedadagrad': Recipe(server='adagrad', weighting='uniform', weighting_source=_REDDI,
                          summary='adaptive server (Adagrad)'),
+    'local_only': Recipe(weighting_source='none: nothing is aggregated',
+                         summary='each client trains alone on its own data, no communication '
+                         '(needs --test_partition=like_train)'),
 }
 NAMES = tuple(RECIPES)
 LOCAL_TERMS = ('fedadc', 'self_kd', 'for', 'gkd', 'gkd_vote', 'igfl_c', 'prox', 'scaffold',
-               'dyn', 'curv', 'curv_stateless', 'ntd', 'rs', 'moon', 'fedbn', 'feddistill')
+               'dyn', 'curv', 'curv_stateless', 'ntd', 'rs', 'moon', 'fedbn', 'feddistill',
+               'fedgen')
 AGGREGATORS = ('mean',) + tuple(f'attention_{kind}' for kind in igfl.ATTENTIONS)
 SERVER_OPTIMIZERS = ('avg', 'slowmo', 'adam', 'yogi', 'adagrad')
 
@@ -152,6 +161,12 @@ def recipe(config) -> Recipe:
       raise UserError(f'--server_optimizer={config.server_optimizer} is unknown; use one of '
                       f'{", ".join(SERVER_OPTIMIZERS)}')
     server = config.server_optimizer
+  if config.algo == local_only.NAME:
+    given = [f for f in ('local_terms', 'aggregator', 'server_optimizer', 'server_momentum')
+             if getattr(config, f)]
+    if given:
+      raise UserError(f'--{given[0]} does not combine with --algo=local_only, which has no '
+                      'server and no federated terms')
   if config.server_momentum:
     if server != 'avg':
       raise UserError(f'--server_momentum applies to an averaging server, not {server!r} '
@@ -208,6 +223,12 @@ def _part(name, c, model, server_data, parts):
   if name == 'feddistill':
     return feddistill.label_distillation(c.distill_lambda, c.kd_temperature,
                                          _num_classes(model), c.kd_tau2)
+  if name == 'fedgen':
+    return fedgen.generator_distillation(
+        model, c.fedgen_alpha, c.fedgen_beta, c.fedgen_decay, c.fedgen_noise_dim,
+        c.fedgen_hidden, c.fedgen_steps, c.fedgen_lr, c.fedgen_batch or c.batch_size or 32,
+        c.fedgen_client_batch, c.fedgen_weight_decay, c.fedgen_diversity,
+        teacher=c.fedgen_teacher)
   if name == 'igfl_c':
     return igfl.group_correction(c.igfl_group)
   if name == 'prox':
@@ -268,6 +289,9 @@ def get(name, config, model, server_data=None):
   # The training-mode forward only where it differs from apply: BatchNorm, dropout.
   train_apply = (model.train_apply if model.has_state or getattr(model, 'has_dropout', False)
                  else None)
+  if name == local_only.NAME:
+    return local_only.local_only(model.apply, config.lr, local_optimizer(config), train_apply,
+                                 config.clip_grad_norm)
   return compose(config.algo, model.apply, config.lr, local_optimizer(config),
                  _server_optimizer(r.server, config), parts, config.clients_per_round,
                  train_apply, config.clip_grad_norm)

@@ -46,7 +46,7 @@ def train(params, client, ctx, objective, optimizer, lookahead=None, correct=Non
   def step(s, carry):
     theta, opt_state, loss_sum = carry
     point = theta if lookahead is None else lookahead(theta, ctx)
-    (loss, (_, model_state)), grads = grad_fn(point, client.batch(s), ctx)
+    (loss, (_, model_state)), grads = grad_fn(point, client.batch(s), _at_step(ctx, s))
     if clip is not None:
       grads = clip(grads)
     if correct is not None:
@@ -60,6 +60,11 @@ def train(params, client, ctx, objective, optimizer, lookahead=None, correct=Non
   init = (params, optimizer.init(params), jnp.zeros((), jnp.float32))
   theta, _, loss_sum = jax.lax.fori_loop(0, client.num_steps, step, init)
   return theta, loss_sum / jnp.maximum(client.num_steps, 1)
+
+
+def _at_step(ctx, step):
+  """ctx with the local step it is read at (parts.ClientContext.step), when it has the field."""
+  return ctx._replace(step=step) if 'step' in getattr(ctx, '_fields', ()) else ctx
 
 
 def is_off(value):

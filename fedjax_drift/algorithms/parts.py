@@ -37,6 +37,8 @@ class ClientContext(NamedTuple):
   cohort_size: int       # K
   apply: Callable        # model apply (params, x) -> logits
   batch: Callable        # step -> Batch: the client's minibatches (FedCurv's Fisher)
+  key: Any = None        # this client's key for the round (the engine's), for parts that draw
+  step: Any = None       # the local step being taken (local.train sets it), None outside it
 
 
 class ServerContext(NamedTuple):
@@ -152,10 +154,11 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
     raise ValueError(f'at most one start hook, got {[p.name for p in starts]}')
 
   def client_update(params, payload, client_state, client, key):
-    del key  # local randomness comes through client.batch
+    # Batches draw from `key` through client.batch; parts that draw (FedGen's generator
+    # noise) fold their own tag into it with the step.
     ctx = ClientContext(params, payload, client_state, lr, client.num_steps,
                         client.num_examples, client.label_hist, cohort_size, apply_fn,
-                        client.batch)
+                        client.batch, key)
     return _client_update(ctx, client)
 
   def _client_update(ctx, client):

@@ -8,7 +8,7 @@ import numpy as np
 
 from fedjax_drift.errors import UserError, did_you_mean
 from fedjax_drift.models import layers, text
-from fedjax_drift.models.zoo import MODELS, WithProjection, takes_train
+from fedjax_drift.models.zoo import MODELS, OUTPUT_LAYERS, WithProjection, takes_train
 
 
 class Model(NamedTuple):
@@ -32,6 +32,11 @@ class Model(NamedTuple):
   # (params, x) -> z [B, d]: the penultimate layer, the input of the output layer (evaluation
   # mode); with a projection head, the projection (the classifier reads it).
   penultimate: Callable = None
+  # (params, z) -> logits: the output layer alone, so head(p, penultimate(p, x)) = apply(p, x)
+  # (FedGen's generator regulariser); head_params(params) -> the output layer's subtree, which
+  # `head` also accepts as its params.
+  head: Callable = None
+  head_params: Callable = None
 
 
 # Options a constructor in zoo.MODELS may take, with the value that means "the model's own".
@@ -66,7 +71,7 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
 
   projection_dim > 0 puts a projection head before the output layer (MOON, FedGKD+;
   zoo.WithProjection); `features` then returns (logits, projection). projection_hidden is its
-  hidden width (0 = the base model's feature width). conv_impl (auto, im2col, lax; see
+  hidden width (0 = the base model's feature width). conv_impl (auto, im2col, lax, onednn; see
   models/layers.py) picks how convolutions are computed; auto resolves now, for the default
   backend: im2col on CPU, lax.conv on GPU/TPU. dropout (-1 = the model's rates, 0 = off, p =
   every rate p), gn_groups and gn_group_size (GroupNorm groups, or channels per group; 0 = the
@@ -146,11 +151,35 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
   def train_features(params, x, rng=None):
     return train_forward(params, x, rng, return_features=True)
 
+  def head_params_fn(params):
+    tree = params['params'] if has_state else params
+    sub = {layer: tree[layer] for layer in _output_layer(name, tree, projection_dim)}
+    return {'params': sub} if has_state else sub
+
+  def head_fn(params, z):
+    tree = params['params'] if has_state else params
+    (layer,) = _output_layer(name, tree, projection_dim)
+    return z @ tree[layer]['kernel'] + tree[layer]['bias']
+
   if gn_groups or gn_group_size:  # a grouping that does not divide fails now, not mid-run
     jax.eval_shape(init_fn, jax.random.key(0))
   return Model(name, family, init_fn, apply_fn, tuple(input_shape), features_fn, train_apply,
                has_state, conv_impl, train_features, has_dropout,
-               penultimate=lambda params, x: features_fn(params, x)[1])
+               penultimate=lambda params, x: features_fn(params, x)[1], head=head_fn,
+               head_params=head_params_fn)
+
+
+def _output_layer(name, tree, projection_dim):
+  """(the name of the model's output layer,): the Dense layer whose input is the `features`
+  representation. Zoo models name it 'head' or 'dense' (zoo.OUTPUT_LAYERS), a model with a
+  projection head 'classifier'. A model without exactly one of these at its top level: UserError.
+  """
+  wanted = ('classifier',) if projection_dim else OUTPUT_LAYERS
+  found = [n for n in wanted if n in tree and set(tree[n]) == {'kernel', 'bias'}]
+  if len(found) != 1:
+    raise UserError(f'--model={name} has no single output layer named {" or ".join(wanted)} '
+                    'taking its features, so its head cannot be applied alone')
+  return tuple(found)
 
 
 def example_input(model, batch=1):

@@ -13,30 +13,65 @@ On GPU and TPU the native convolution (cuDNN, the TPU's MXU) is the better choic
 convolution is selectable (`--conv_impl`):
   im2col  patches + one GEMM (the CPU default)
   lax     `lax.conv_general_dilated` (the GPU/TPU default)
-  auto    im2col on CPU, lax elsewhere (`resolve_conv_impl`)
+  onednn  oneDNN's convolution primitives as XLA custom calls (CPU; models/onednn.py), where
+          the extension builds; elsewhere the run says so in one line and uses im2col (CPU)
+          or lax (GPU/TPU)
+  auto    im2col on CPU, lax elsewhere (`resolve_conv_impl`; AUTO_ONEDNN switches CPU to onednn)
 A `Conv` uses its own `impl` if set, else the one of the enclosing `conv_impl(...)` scope;
 `models.get(..., conv_impl=...)` opens that scope around every init/apply, so model classes
 need not pass the choice down and the engine never sees it.
 """
 import contextlib
 import contextvars
+import platform
+import sys
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-CONV_IMPLS = ('auto', 'im2col', 'lax')
+from fedjax_drift.models import onednn
+
+CONV_IMPLS = ('auto', 'im2col', 'lax', 'onednn')
 _CONV_IMPL = contextvars.ContextVar('conv_impl', default='im2col')
+# Whether `auto` picks oneDNN on x86 CPUs when the extension builds. False until the
+# interleaved bench against the torch loop (benchmarks/bench.py) shows it faster: this is the
+# one line to change then.
+AUTO_ONEDNN = False
+_said = set()  # fallback notes already printed by this process
+
+
+def _say_once(line):
+  """One line on stderr, once per process (a run resolves its convolution several times)."""
+  if line not in _said:
+    _said.add(line)
+    print(line, file=sys.stderr, flush=True)
 
 
 def resolve_conv_impl(impl='auto', backend=None):
-  """'auto' -> 'im2col' on CPU, 'lax' on GPU/TPU (backend: default jax.default_backend())."""
+  """The implementation to use for `impl` on `backend` (default jax.default_backend()).
+
+  'auto' -> 'im2col' on CPU ('onednn' on x86 CPUs when AUTO_ONEDNN and the extension is
+  available), 'lax' on GPU/TPU. 'onednn' where its extension cannot run -> the CPU's or the
+  accelerator's pure-JAX choice, with one line on stderr saying why.
+  """
   if impl not in CONV_IMPLS:
     raise ValueError(f'conv_impl must be one of {", ".join(CONV_IMPLS)}, got {impl!r}')
-  if impl != 'auto':
-    return impl
-  return 'im2col' if (backend or jax.default_backend()) == 'cpu' else 'lax'
+  backend = backend or jax.default_backend()
+  fallback = 'im2col' if backend == 'cpu' else 'lax'
+  wants_onednn = impl == 'onednn' or (impl == 'auto' and AUTO_ONEDNN and backend == 'cpu' and
+                                      platform.machine().lower() in ('x86_64', 'amd64'))
+  if not wants_onednn:
+    return fallback if impl == 'auto' else impl
+  if backend != 'cpu':
+    reason = f'oneDNN convolutions run on the CPU backend only, not {backend}'
+  else:
+    reason = '' if onednn.available() else onednn.unavailable_reason()
+  if not reason:
+    return 'onednn'
+  _say_once(f'--conv_impl={impl}: {reason}; using {fallback}')
+  return fallback
 
 
 @contextlib.contextmanager
@@ -145,8 +180,10 @@ def conv2d(x, kernel, padding='SAME', impl='im2col'):
   if impl == 'lax':
     return jax.lax.conv_general_dilated(x, kernel, (1, 1), padding,
                                         dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  if impl == 'onednn':
+    return onednn.conv(x, kernel, (1, 1), padding)
   if impl != 'im2col':
-    raise ValueError(f'conv2d: impl must be im2col or lax, got {impl!r}')
+    raise ValueError(f'conv2d: impl must be im2col, lax or onednn, got {impl!r}')
   k, _, c, f = kernel.shape
   if c <= SMALL_C_IN:
     return conv2d_few_channels(x, kernel, padding)
@@ -154,7 +191,7 @@ def conv2d(x, kernel, padding='SAME', impl='im2col'):
 
 
 class Conv(nn.Module):
-  """Stride-1 2-D convolution (NHWC, HWIO kernel): im2col + GEMM, or lax.conv (`impl`)."""
+  """Stride-1 2-D convolution (NHWC, HWIO kernel): im2col + GEMM, lax.conv or oneDNN (`impl`)."""
   features: int
   kernel_size: int = 3
   padding: str = 'SAME'

@@ -12,7 +12,7 @@ import numpy as np
 from flax import linen as nn
 
 from fedjax_drift.errors import UserError
-from fedjax_drift.models import text
+from fedjax_drift.models import onednn, text
 from fedjax_drift.models.layers import Conv, ConvReluPool, current_conv_impl, max_pool_2x2
 
 
@@ -300,15 +300,18 @@ def conv2d_strided(x, kernel, stride, padding, impl):
 
   im2col takes the patches with strided slices, so only the output positions are gathered
   (a stride-1 conv subsampled afterwards would compute stride^2 times the work); lax passes
-  the stride to `lax.conv_general_dilated`. Output size: (H + 2 padding - k) // stride + 1.
+  the stride to `lax.conv_general_dilated`, onednn to oneDNN's convolution. Output size:
+  (H + 2 padding - k) // stride + 1.
   """
   k, _, c, f = kernel.shape
   pads = ((padding, padding), (padding, padding))
   if impl == 'lax':
     return jax.lax.conv_general_dilated(x, kernel, (stride, stride), pads,
                                         dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  if impl == 'onednn':
+    return onednn.conv(x, kernel, (stride, stride), pads)
   if impl != 'im2col':
-    raise ValueError(f'conv2d_strided: impl must be im2col or lax, got {impl!r}')
+    raise ValueError(f'conv2d_strided: impl must be im2col, lax or onednn, got {impl!r}')
   x = jnp.pad(x, ((0, 0),) + pads + ((0, 0),))
   oh, ow = (x.shape[1] - k) // stride + 1, (x.shape[2] - k) // stride + 1
   patches = jnp.concatenate(
@@ -320,8 +323,8 @@ def conv2d_strided(x, kernel, stride, padding, impl):
 class StridedConv(nn.Module):
   """A 2-D convolution with a stride and explicit zero padding (torch's Conv2d arguments).
 
-  Computed as `layers.Conv` is: im2col + GEMM or lax.conv, as the enclosing --conv_impl scope
-  says (models/layers.py).
+  Computed as `layers.Conv` is: im2col + GEMM, lax.conv or oneDNN, as the enclosing
+  --conv_impl scope says (models/layers.py).
   """
   features: int
   kernel_size: int

@@ -1,0 +1,228 @@
+"""oneDNN's convolution primitives as XLA FFI custom calls (`--conv_impl=onednn`, CPU only).
+
+The torch loop this project is measured against runs its convolutions through oneDNN; XLA:CPU's
+own convolution GEMMs reach less of the CPU's peak (benchmarks/, issue 23). This module calls
+oneDNN's forward, backward-data and backward-weights convolutions directly:
+
+- `onednn_conv.cc` (beside this file) is compiled on first use with g++ into
+  CACHE/onednn/ (CACHE is $FEDJAX_DRIFT_CACHE, by default ~/.cache/fedjax_drift), against the
+  headers and libdnnl.so of the `onednn-cpu-gomp` / `onednn-devel-cpu-gomp` wheels
+  (`pip install ".[onednn]"`) and the XLA FFI headers jaxlib ships. The library is named by a
+  hash of everything it was built from, so a new jaxlib, oneDNN or source builds anew; the core
+  install needs neither a compiler nor oneDNN.
+- `conv(x, kernel, strides, padding)` is a `jax.custom_vjp` whose forward and both gradients are
+  custom calls, so it works under jit, grad, lax.scan and vmap. Under vmap the calls get the
+  vmapped axes as leading axes (`vmap_method='expand_dims'`), and the C++ side runs one
+  convolution per leading index, broadcasting operands whose axis is 1: vmapped clients each
+  convolve with their own kernel, in one call.
+- `available()` says whether the extension could be built and loaded, and `unavailable_reason()`
+  why not (no oneDNN wheel, no compiler, not x86-64 Linux, not the CPU backend).
+
+No bias or ReLU is fused: the models' ConvReluPool pools before its bias and ReLU (4x cheaper,
+layers.py), which no oneDNN post-op can express, and a bias gradient is a plain sum.
+Set ONEDNN_VERBOSE=1 to see which oneDNN kernel runs each convolution.
+"""
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'onednn_conv.cc')
+TARGETS = {'forward': 'FedjaxDriftOnednnConvForward',
+           'backward_data': 'FedjaxDriftOnednnConvBackwardData',
+           'backward_weights': 'FedjaxDriftOnednnConvBackwardWeights'}
+_LIBDNNL = 'libdnnl.so.3'  # the soname of oneDNN 3.x (the 2023.2 wheel carries 3.2)
+
+_lock = threading.Lock()
+_state = {}  # 'lib': the loaded library, or 'reason': why there is none
+
+
+def cache_dir():
+  """CACHE/onednn, CACHE = $FEDJAX_DRIFT_CACHE or ~/.cache/fedjax_drift (as data/sources.py)."""
+  root = os.environ.get('FEDJAX_DRIFT_CACHE',
+                        os.path.join(os.path.expanduser('~'), '.cache', 'fedjax_drift'))
+  return os.path.join(root, 'onednn')
+
+
+def find_onednn():
+  """(include dir, lib dir) of an installed oneDNN 3.x, or None.
+
+  Looks where pip puts the wheels' data files (the environment's prefix, or the user base for
+  `pip install --user`), then $DNNLROOT (oneDNN's own convention for a source install).
+  """
+  roots = [sysconfig.get_paths()['data'], sys.prefix, sys.base_prefix,
+           sysconfig.get_config_var('userbase') or '', os.environ.get('DNNLROOT', '')]
+  import site  # pylint: disable=g-import-not-at-top
+  roots.append(site.getuserbase())
+  for root in dict.fromkeys(r for r in roots if r):
+    include = os.path.join(root, 'include')
+    if not os.path.exists(os.path.join(include, 'oneapi', 'dnnl', 'dnnl.hpp')):
+      continue
+    for lib in ('lib', 'lib64'):
+      if os.path.exists(os.path.join(root, lib, _LIBDNNL)):
+        return include, os.path.join(root, lib)
+  return None
+
+
+def _compiler():
+  return os.environ.get('CXX') or shutil.which('g++') or shutil.which('c++')
+
+
+def build_command(compiler, include, libdir, out):
+  """The g++ line that builds onednn_conv.cc into the shared library `out`."""
+  return [compiler, '-O3', '-std=c++17', '-shared', '-fPIC', '-w', '-I', jax.ffi.include_dir(),
+          '-I', include, SOURCE, '-o', out, '-L', libdir, f'-l:{_LIBDNNL}',
+          f'-Wl,-rpath,{libdir}']
+
+
+def _library_path(compiler, include, libdir):
+  """CACHE/onednn/onednn_conv-HASH.so, HASH over the source and what it is built against."""
+  h = hashlib.sha256()
+  with open(SOURCE, 'rb') as f:
+    h.update(f.read())
+  for part in (compiler, include, libdir, jax.ffi.include_dir(), jax.__version__,
+               str(os.path.getmtime(os.path.join(libdir, _LIBDNNL)))):
+    h.update(part.encode())
+  return os.path.join(cache_dir(), f'onednn_conv-{h.hexdigest()[:16]}.so')
+
+
+def build():
+  """Builds the extension if needed; returns its path. Raises RuntimeError saying why not."""
+  if platform.system() != 'Linux' or platform.machine().lower() not in ('x86_64', 'amd64'):
+    raise RuntimeError(f'the oneDNN extension is built for x86-64 Linux only, not '
+                       f'{platform.system()} {platform.machine()}')
+  found = find_onednn()
+  if found is None:
+    raise RuntimeError('oneDNN is not installed (pip install "fedjax-drift[onednn]")')
+  compiler = _compiler()
+  if compiler is None:
+    raise RuntimeError('no C++ compiler (g++) to build the oneDNN extension with')
+  path = _library_path(compiler, *found)
+  if os.path.exists(path):
+    return path
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  # Build under a temporary name, then rename: concurrent processes never load a partial file.
+  fd, tmp = tempfile.mkstemp(suffix='.so', dir=os.path.dirname(path))
+  os.close(fd)
+  try:
+    done = subprocess.run(build_command(compiler, *found, tmp), capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:  # the compiler's last lines, on one line (the fallback note)
+      tail = (' | '.join(done.stderr.strip().splitlines()[-3:])[-300:] or
+              f'{compiler} exited with status {done.returncode}')
+      raise RuntimeError(f'building the oneDNN extension failed: {tail}')
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return path
+
+
+def _load():
+  """Builds, loads and registers the FFI targets once per process; sets _state."""
+  with _lock:
+    if _state:
+      return
+    try:
+      if jax.default_backend() != 'cpu':
+        raise RuntimeError(f'oneDNN convolutions run on the CPU backend only, not '
+                           f'{jax.default_backend()}')
+      lib = ctypes.CDLL(build())
+      for symbol in TARGETS.values():
+        jax.ffi.register_ffi_target(symbol, jax.ffi.pycapsule(getattr(lib, symbol)),
+                                    platform='cpu')
+      _state['lib'] = lib
+    except (RuntimeError, OSError) as e:
+      _state['reason'] = str(e)
+
+
+def available():
+  """Whether the oneDNN convolutions can run here (builds the extension on first call)."""
+  _load()
+  return 'lib' in _state
+
+
+def unavailable_reason():
+  """Why `available()` is False ('' when it is True)."""
+  _load()
+  return _state.get('reason', '')
+
+
+def version():
+  """The oneDNN version the extension was built against, e.g. '3.2.0' (None if unavailable)."""
+  if not available():
+    return None
+  v = _state['lib'].FedjaxDriftOnednnVersion()
+  return f'{v // 10000}.{v // 100 % 100}.{v % 100}'
+
+
+def _pads(padding, spatial, kernel_hw, strides):
+  """((top, bottom), (left, right)) from 'SAME', 'VALID' or explicit pairs, as lax does."""
+  if isinstance(padding, str):
+    return tuple(jax.lax.padtype_to_pads(spatial, kernel_hw, strides, padding))
+  return tuple((int(lo), int(hi)) for lo, hi in padding)
+
+
+def _out_size(size, k, stride, lo, hi):
+  return (size + lo + hi - k) // stride + 1
+
+
+def _attrs(strides, pads):
+  (pt, pb), (pl, pr) = pads
+  return dict(stride_h=np.int64(strides[0]), stride_w=np.int64(strides[1]), pad_top=np.int64(pt),
+              pad_bottom=np.int64(pb), pad_left=np.int64(pl), pad_right=np.int64(pr))
+
+
+def _call(target, shape, a, b, strides, pads):
+  return jax.ffi.ffi_call(TARGETS[target], jax.ShapeDtypeStruct(shape, jnp.float32),
+                          vmap_method='expand_dims')(a, b, **_attrs(strides, pads))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _conv(x, kernel, strides, pads):
+  (pt, pb), (pl, pr) = pads
+  k_h, k_w, _, f = kernel.shape
+  n, h, w, _ = x.shape
+  shape = (n, _out_size(h, k_h, strides[0], pt, pb), _out_size(w, k_w, strides[1], pl, pr), f)
+  return _call('forward', shape, x, kernel, strides, pads)
+
+
+def _conv_fwd(x, kernel, strides, pads):
+  return _conv(x, kernel, strides, pads), (x, kernel)
+
+
+def _conv_bwd(strides, pads, residuals, dy):
+  x, kernel = residuals
+  dx = _call('backward_data', x.shape, dy, kernel, strides, pads)
+  dkernel = _call('backward_weights', kernel.shape, x, dy, strides, pads)
+  return dx, dkernel
+
+
+_conv.defvjp(_conv_fwd, _conv_bwd)
+
+
+def conv(x, kernel, strides=(1, 1), padding='SAME'):
+  """lax.conv_general_dilated(x, kernel, strides, padding) for NHWC `x`, HWIO `kernel`, by oneDNN.
+
+  padding: 'SAME', 'VALID' (lax's meaning, also for strides > 1) or ((top, bottom), (left,
+  right)). float32 only (the extension's kernels); raises RuntimeError if `available()` is not.
+  """
+  if not available():
+    raise RuntimeError(f'oneDNN convolutions are unavailable: {unavailable_reason()}')
+  if x.dtype != jnp.float32 or kernel.dtype != jnp.float32:
+    raise TypeError(f'oneDNN convolutions take float32, got {x.dtype} and {kernel.dtype}')
+  strides = tuple(int(s) for s in strides)
+  pads = _pads(padding, x.shape[1:3], kernel.shape[:2], strides)
+  return _conv(x, kernel, strides, pads)
+
