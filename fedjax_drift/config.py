@@ -469,6 +469,9 @@ class Config:
     if self.algo == 'local_only' and self.personalize != 'none':
       raise UserError(f'--personalize={self.personalize} calibrates the global model, which '
                       '--algo=local_only never trains; drop it')
+    if self.algo == 'local_only' and self.save_params:
+      raise UserError('--save_params writes the global model, which --algo=local_only never '
+                      'trains (its clients\' models are in the checkpoints); drop it')
     if self.personalize_epochs < 1:
       raise UserError(f'--personalize_epochs={self.personalize_epochs} must be >= 1')
     if self.tensorboard and importlib.util.find_spec('tensorboardX') is None:

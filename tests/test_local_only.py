@@ -146,6 +146,8 @@ def test_a_sweep_writes_the_client_columns_and_resumes_exactly(tiny_npz, unequal
     (dict(algo='local_only'), '--test_partition=like_train'),
     (dict(algo='local_only', test_partition='like_train', personalize='calibrate'),
      '--personalize=calibrate'),
+    (dict(algo='local_only', test_partition='like_train', save_params='p.npz'),
+     '--save_params'),
 ])
 def test_config_refusals(flags, message):
   with pytest.raises(UserError, match=message):
