@@ -16,7 +16,8 @@ PARTITIONS = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity', 'dom
 
 
 # The --help sections, in order; every field's metadata names one.
-GROUPS = ('data', 'model', 'local training', 'algorithm', 'server', 'run', 'output')
+GROUPS = ('data', 'model', 'local training', 'algorithm', 'server', 'run', 'output',
+          'diagnostics')
 
 
 def _f(default, help_text, choices=None, group=None):
@@ -340,6 +341,26 @@ class Config:
                         'RUN_DIR/tensorboard (pip install ".[tensorboard]" in the clone)',
                         group='output')
   progress: bool = _f(True, 'show a progress bar', group='output')
+  # Diagnostics for the papers' figures (fedjax_drift/diagnostics.py); each off by default.
+  diag_client_acc: bool = _f(False, 'write RUN_DIR/client_acc.csv: at every evaluation, each '
+                             'cohort client\'s local model (after local training, before '
+                             'aggregation) on the global test set (FedGKD Fig. 2)',
+                             group='diagnostics')
+  diag_features_rounds: str = _f('', 'comma list of rounds (0 = the initial model) at which '
+                                 'to write the global model\'s penultimate-layer features of '
+                                 'the first --diag_features_n test examples to '
+                                 'RUN_DIR/features.npz, for t-SNE (FedGKD Fig. 2)',
+                                 group='diagnostics')
+  diag_features_n: int = _f(500, 'test examples whose features --diag_features_rounds writes',
+                            group='diagnostics')
+  diag_attention: bool = _f(False, 'IGFL attention aggregators: write every round\'s K x K '
+                            'attention matrix to RUN_DIR/attention.npz and the pair match rate '
+                            '(IGFL Fig. 2) to RUN_DIR/attention.csv', group='diagnostics')
+  personalize_every_eval: bool = _f(False, 'with --personalize=calibrate: calibrate and test '
+                                    'every client at every evaluation (metrics.csv column '
+                                    'personalized_accuracy; FedADC Fig. 7), not only after '
+                                    'the last round',
+                                    group='diagnostics')
 
   def __post_init__(self):
     if self.local_steps == 0 and self.local_epochs == 0:  # neither given: one epoch

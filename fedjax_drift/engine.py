@@ -250,8 +250,16 @@ def client_mesh(devices: int):
 
 def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: int,
                cohort_size: int, weighting: str = 'examples', chunk: int = 1,
-               sampler: str = 'uniform', devices: int = 1, scenario=None, pipeline=None):
+               sampler: str = 'uniform', devices: int = 1, scenario=None, pipeline=None,
+               client_probe=None, keep_aux=False):
   """Returns round_fn(state, data) -> (state, metrics), pure and jittable.
+
+  Diagnostics (off by default; off, the round's program is exactly what it is without them):
+  client_probe(local_params, concept) -> pytree is applied to every cohort client's model
+  after its local training (theta_t - delta_i), before aggregation; keep_aux keeps the
+  third, optional output of algo.server_update (its per-round "aux", whatever it holds).
+  Either puts metrics['diag'] = {'ids': cohort [K], 'client': probes [K, ...], 'server':
+  aux}, which the host pops before reading the scalars.
 
   pipeline (data/pipeline.Pipeline, None = plain to_float) augments and normalises the
   clients' training batches and gives their steps dropout keys (make_batch_fn).
@@ -306,7 +314,9 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
       result = algo.client_update(params, payload, cstate, client, key)
       summands, norm = client_summands(result.delta, weight)
       outputs = (result.client_state, result.loss, norm, tree_all_finite(result.delta),
-                 result.delta if algo.needs_client_deltas else None, result.upload)
+                 result.delta if algo.needs_client_deltas else None, result.upload,
+                 None if client_probe is None else client_probe(
+                     jax.tree.map(jnp.subtract, params, result.delta), concept))
       return summands, outputs
 
     def run_clients(params, payload, data, client_key, concept, args):
@@ -325,14 +335,18 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                                         state.params, payload, data, client_key, concept, args)
     else:
       sums, outputs = run_clients(state.params, payload, data, client_key, concept, args)
-    new_states, losses, norms, client_finite, deltas, uploads = outputs
+    new_states, losses, norms, client_finite, deltas, uploads, probes = outputs
 
     cohort = Cohort(ids, weights, counts, num_steps, sums['weighted'], deltas, old_states,
                     new_states, num_clients, uploads)
-    params, server = algo.server_update(state.params, state.server, cohort)
+    # server_update returns (params, server) or (params, server, aux) (state.py).
+    params, server, *aux = algo.server_update(state.params, state.server, cohort)
     metrics = drift_diagnostics(sums, norms, losses, weights)
     metrics.update(_diagnostics(algo, server))
     metrics.update(_diagnostics(scenario, state.scenario, concept))
+    if client_probe is not None or keep_aux:
+      metrics['diag'] = {'ids': ids, 'client': probes,
+                         'server': (aux[0] if aux else {}) if keep_aux else {}}
     finite = tree_all_finite(params) & jnp.all(client_finite)
     # The first cohort member whose update is non-finite (-1 if none), for the error message.
     metrics['bad_client'] = jnp.where(jnp.all(client_finite), -1,

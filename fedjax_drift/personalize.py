@@ -14,6 +14,7 @@ import optax
 from fedjax_drift import engine
 from fedjax_drift.algorithms import fedadc, fedprox, local
 from fedjax_drift.algorithms.parts import ClientContext
+from fedjax_drift.data import federated
 from fedjax_drift.data.pipeline import Pipeline, preprocess
 from fedjax_drift.state import Client
 
@@ -38,6 +39,29 @@ def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
   train / test: FederatedData over the same clients. Returns numpy arrays (acc_before,
   acc_after, num_test) of shape [N]. norm: the run's data/pipeline.Normalization or None.
   """
+  before, after = calibrator(model, params, train, test, schedule, lr, term, prox_mu,
+                             kd_lambda, kd_temperature, seed, chunk, norm, kd_tau2)(params)
+  return np.asarray(before), np.asarray(after), np.asarray(test.client_count)
+
+
+def for_experiment(exp):
+  """(calibrator(...), num_test [N]) for a study.Experiment: its --personalize_* flags, lr
+  and seed, its training tables and its test set split like them (exp.test_parts)."""
+  cfg, ds = exp.config, exp.dataset
+  test = federated.build(ds.x_test, ds.y_test, exp.test_parts, ds.num_classes)
+  schedule = engine.Schedule(cfg.batch_size, 0, cfg.personalize_epochs)
+  term = None if cfg.personalize_term == 'none' else cfg.personalize_term
+  return calibrator(exp.model, exp.state.params, exp.data, test, schedule, cfg.lr, term,
+                    cfg.prox_mu, cfg.kd_lambda, cfg.kd_temperature, cfg.seed, exp.chunk,
+                    norm=exp.pipeline.norm if exp.pipeline else None,
+                    kd_tau2=cfg.kd_tau2), np.asarray(test.client_count)
+
+
+def calibrator(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
+               kd_lambda=0.35, kd_temperature=1.0, seed=0, chunk=1, norm=None, kd_tau2=False):
+  """The jitted params -> (acc_before [N], acc_after [N]) that `calibrate` computes, compiled
+  once and reusable (--personalize_every_eval calls it at every evaluation). `params` gives
+  only the structure (which leaves are the classifier)."""
   optimizer = optax.multi_transform({'train': optax.sgd(lr), 'freeze': optax.set_to_zero()},
                                     head_labels(params))
   extra = []
@@ -60,7 +84,7 @@ def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
   key = jax.random.fold_in(jax.random.key(seed), 0x9E5)
   max_steps = engine.max_steps(np.asarray(train.client_count), schedule)
 
-  def one(cid):
+  def one(params, cid):
     count = train.client_count[cid]
     steps = engine.client_steps(count, schedule).astype(jnp.int32)
     spe = engine.steps_per_epoch(count, schedule.batch_size)
@@ -75,8 +99,12 @@ def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
     return accuracy(params, cid), accuracy(tuned, cid)
 
   ids = jnp.arange(train.client_count.shape[0], dtype=jnp.int32)
-  before, after = jax.jit(lambda ids: jax.lax.map(one, ids, batch_size=chunk))(ids)
-  return np.asarray(before), np.asarray(after), np.asarray(test.client_count)
+
+  @jax.jit
+  def run(global_params):
+    return jax.lax.map(lambda cid: one(global_params, cid), ids, batch_size=chunk)
+
+  return run
 
 
 def summarize(before, after, num_test):

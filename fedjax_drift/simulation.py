@@ -30,6 +30,7 @@ import numpy as np
 
 from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, hardware, inputs,
                           interrupts, metrics, models, personalize, report, rundir, stats)
+from fedjax_drift import diagnostics
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -372,11 +373,13 @@ class _Progress:
     # TensorBoard: rows already in the event files (a resumed run wrote them before), writers.
     self.tensorboard_written = {'eval': len(self.eval_rows), 'rounds': len(self.round_rows)}
     self.tensorboard_writers = {}
+    self.diag = None  # diagnostics.Recorder when a diagnostic is on (_loop sets it)
 
   def history(self):
     return {'eval_rows': self.eval_rows, 'round_rows': self.round_rows,
             'diverged': [{'run': r, 'round': d[0], 'client': d[1]}
-                         for r, d in sorted(self.diverged.items())]}
+                         for r, d in sorted(self.diverged.items())],
+            **(self.diag.history() if self.diag else {})}
 
   def add_rounds(self, done, n, seg_metrics, diverged_at):
     """Rows of rounds done+1..done+n; returns the runs that diverged in them."""
@@ -402,6 +405,7 @@ class _Progress:
         continue
       self.best[r] = max(self.best.get(r, -1.0), float(accs[r]))
       domains = dict(zip(columns, map(float, result['domain_accuracy'][r]))) if columns else {}
+      domains.update({k: float(result[k][r]) for k in diagnostics.EVAL_COLUMNS if k in result})
       val = ({'val_accuracy': float(result['val_accuracy'][r]),
               'val_loss': float(result['val_loss'][r])} if 'val_accuracy' in result else {})
       clients = {k: float(result[k][r]) for k in evaluation.CLIENT_COLUMNS if k in result}
@@ -422,9 +426,13 @@ def _loop(study, compiled, out, log):
   prog = _Progress(study, history)
   ev = compiled.evaluate
   done = int(state.round[0])
+  if diagnostics.enabled(cfg):
+    prog.diag = diagnostics.Recorder(study, history, out.run_dir,
+                                     done if out.restored is not None else None, log)
+    prog.diag.at_stop(done, state.params)  # features of the initial model (round 0)
   elapsed0 = prog.eval_rows[-1]['elapsed_s'] if prog.eval_rows else 0.0
   if not prog.eval_rows:
-    prog.add_eval(0, jax.device_get(ev.evaluate(state, ev.inputs)), 0.0, ev.columns)
+    prog.add_eval(0, _evaluate(ev, state, prog), 0.0, ev.columns)
     if cfg.rounds == 0 and distributed.is_writer():  # --rounds=0: only this evaluation
       _write_metrics(out.run_dir, prog)
   bar = _progress_bar(cfg.rounds, done, cfg.progress)
@@ -432,7 +440,8 @@ def _loop(study, compiled, out, log):
   while done < cfg.rounds and len(prog.diverged) < prog.num_runs:
     interrupts.check()  # a signal whose raise something swallowed
     next_eval = min((done // cfg.eval_every + 1) * cfg.eval_every, cfg.rounds)
-    n = min(per_call, next_eval - done)
+    stop = min(next_eval, (prog.diag and prog.diag.next_stop(done)) or next_eval)
+    n = min(per_call, stop - done)
     t = time.perf_counter()
     state, seg_metrics = compiled.segment(state, study.data, study.inputs, jnp.int32(n))
     seg_metrics, diverged_at = jax.device_get((seg_metrics, state.diverged_at))
@@ -441,11 +450,16 @@ def _loop(study, compiled, out, log):
       _log_estimate(log, seconds / n, cfg.rounds - done)
       first = False
     per_call = max(1, int(SECONDS_PER_CALL * n / max(seconds, 1e-9)))
+    if prog.diag:
+      prog.diag.after_call(done, n, seg_metrics.pop('diag', None), diverged_at,
+                           set(prog.diverged), done + n == next_eval)
     for r in prog.add_rounds(done, n, seg_metrics, diverged_at):
       _log_diverged(study, prog, r, log)
     done += n
+    if prog.diag:
+      prog.diag.at_stop(done, state.params)
     if done == next_eval or len(prog.diverged) == prog.num_runs:
-      prog.add_eval(done, jax.device_get(ev.evaluate(state, ev.inputs)),
+      prog.add_eval(done, _evaluate(ev, state, prog),
                     elapsed0 + time.perf_counter() - t_start, ev.columns)
       last_checkpoint = _record(cfg, out, prog, state, done, last_checkpoint)
     _advance(bar, n, prog)
@@ -455,6 +469,14 @@ def _loop(study, compiled, out, log):
     writer.close()
   out.checkpointer.close()
   return state, prog, time.perf_counter() - t_start
+
+
+def _evaluate(ev, state, prog):
+  """The evaluation's metrics [runs] on the host, with the diagnostics' columns if any."""
+  result = jax.device_get(ev.evaluate(state, ev.inputs))
+  if prog.diag:
+    result = {**result, **prog.diag.eval_columns(state.params, prog.diverged)}
+  return result
 
 
 def _record(cfg, out, prog, state, done, last_checkpoint):
@@ -494,6 +516,8 @@ def _run_label(spec):
 def _write_metrics(run_dir, prog):
   report.write_csv(os.path.join(run_dir, 'metrics.csv'), prog.eval_rows)
   report.write_csv(os.path.join(run_dir, 'rounds.csv'), prog.round_rows)
+  if prog.diag:
+    prog.diag.write()
   if prog.study.config.tensorboard:
     _write_tensorboard(run_dir, prog)
 

@@ -73,7 +73,9 @@ class FederatedAlgorithm(NamedTuple):
   init_client(params) -> one client's state (the engine stacks N of them)
   broadcast(params, server) -> payload every cohort client receives
   client_update(params, payload, client_state, client: Client, key) -> ClientResult
-  server_update(params, server, cohort: Cohort) -> (params, server)
+  server_update(params, server, cohort: Cohort) -> (params, server), or (params, server, aux)
+    with aux a pytree of per-round values that are no state (IGFL's attention matrix); the
+    engine passes it on only when a diagnostic asks for it (engine.make_round's keep_aux)
   communication(params) -> {'down': floats, 'up': floats} per participating client per round
   needs_client_deltas: False lets the engine stream the aggregation: clients' deltas are
     summed as they finish and never stacked to [K, P] (bounded memory for large cohorts);

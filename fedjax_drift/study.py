@@ -23,6 +23,7 @@ import numpy as np
 
 from fedjax_drift import (algorithms, applies, engine, errors, evaluation, models, saved,
                           schedules)
+from fedjax_drift import diagnostics
 from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
 from fedjax_drift.data import domains, federated, partitions, scenarios, sources
 from fedjax_drift.data import pipeline as input_pipeline
@@ -91,6 +92,7 @@ def plan(config: Config) -> list:
   config.validate()
   grid = parse_grid(config.grid)
   applies.check_grid(config, grid)  # an axis nothing reads would only repeat runs
+  diagnostics.check(config)
   runs = []
   for point in grid_points(grid):
     label = ', '.join(f'{k}={v:g}' for k, v in point.items())
@@ -345,6 +347,9 @@ def build(config: Config, runs=None, preflight=None) -> Study:
                    for n in traced},
             'server_data': (_stack([e.server_data for e in padded])
                             if padded[0].server_data is not None else None)}
+  diag = diagnostics.step_inputs(experiments[0])
+  if diag is not None:  # shared by every run (no run axis); absent, the step is as without
+    inputs['diag'] = diag
   max_local_steps = max(e.max_local_steps for e in experiments)
   step = _make_step(runs[0].config, experiments[0], max_local_steps, width)
   return Study(config, runs, experiments, traced, width,
@@ -353,7 +358,7 @@ def build(config: Config, runs=None, preflight=None) -> Study:
 
 
 def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk, scenario,
-                    pipeline):
+                    pipeline, client_probe=None):
   """round_fn(state, data) -> (state, metrics) of one run. The algorithm is built inside the
   trace at the round's client learning rate (schedules.py: --lr_schedule at state.round), so
   a schedule costs the host nothing and a resume continues it exactly; with a constant
@@ -365,7 +370,7 @@ def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk
     state, metrics = engine.make_round(
         algo, schedule, max_local_steps, at_round.clients_per_round,
         algorithms.weighting(at_round), chunk, at_round.cohort_sampler, at_round.devices,
-        scenario, pipeline)(state, data)
+        scenario, pipeline, client_probe, config.diag_attention)(state, data)
     return state, {**metrics, **schedules.diagnostics(at_round)}
 
   return round_fn
@@ -375,16 +380,21 @@ def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
   """(state, data, inputs) -> (state, metrics) for every run: each run's algorithm is built
   inside the trace from its traced hyperparameters and server data."""
 
-  def one_run(state, index, count, hist, run_inputs, data):
+  def one_run(state, index, count, hist, run_inputs, data, probe):
     config = dataclasses.replace(base, **run_inputs['hp'])
     round_fn = scheduled_round(config, exp.model, run_inputs['server_data'], exp.schedule,
-                               max_local_steps, exp.chunk, exp.scenario, exp.pipeline)
+                               max_local_steps, exp.chunk, exp.scenario, exp.pipeline, probe)
     return round_fn(state, data._replace(client_index=index, client_count=count,
                                          label_hist=hist))
 
   def step(state, data, inputs):
+    inputs = dict(inputs)
+    diag = inputs.pop('diag', None)
+    # Every run has done the same rounds: state.round[0] is one unbatched scalar, so the
+    # probe's lax.cond stays a branch under the vmap over runs.
+    probe = None if diag is None else diagnostics.client_probe(exp, state.round[0], diag)
     return engine.over_runs(
-        lambda s, i, c, h, r: one_run(s, i, c, h, r, data),
+        lambda s, i, c, h, r: one_run(s, i, c, h, r, data, probe),
         (state, data.client_index, data.client_count, data.label_hist, inputs), width)
 
   return step

@@ -97,21 +97,35 @@ def attention_weights(queries, keys, similarity='dot', temperature=1.0):
   return jax.nn.softmax(scores, axis=1)
 
 
+def attention_matrix(kind, values, previous, similarity='dot', temperature=1.0):
+  """The attention weights of `kind`, row i the softmax of query i over the keys Delta_w_j:
+  self [K, K] (q_i = Delta_w_i, IGFL Fig. 2's matrix), global [1, K] (q = the mean update),
+  time and time_rows [K, K] (q_i = client i's previous update). Arguments as mixing_weights."""
+  if kind == 'self':
+    return attention_weights(values, values, similarity, temperature)
+  if kind == 'global':
+    query = jnp.mean(values, axis=0, keepdims=True)
+    return attention_weights(query, values, similarity, temperature)
+  return attention_weights(previous, values, similarity, temperature)  # row j: q_j
+
+
+def mixing_from_matrix(kind, matrix):
+  """[K] weights a_j from attention_matrix(kind, ...)."""
+  if kind == 'global':
+    return matrix[0]
+  if kind == 'time':
+    return jnp.diagonal(matrix)  # §4.3: alpha_j = softmax_tau(psi(q_j, Delta_w_tau))[j]
+  return jnp.mean(matrix, axis=0)  # self (the mean of the K outputs), time_rows
+
+
 def mixing_weights(kind, values, previous, similarity='dot', temperature=1.0):
   """[K] weights a_j of the pseudo-update sum_j a_j Delta_w_j, for attention `kind`.
 
   values: [K, P] this round's updates Delta_w_j (paper sign); previous: [K, P] each client's
   previous update (zeros if none), read by the time attentions only.
   """
-  if kind == 'self':
-    return jnp.mean(attention_weights(values, values, similarity, temperature), axis=0)
-  if kind == 'global':
-    query = jnp.mean(values, axis=0, keepdims=True)
-    return attention_weights(query, values, similarity, temperature)[0]
-  scores = attention_weights(previous, values, similarity, temperature)  # [K, K], row j: q_j
-  if kind == 'time':
-    return jnp.diagonal(scores)  # §4.3: alpha_j = softmax_tau(psi(q_j, Delta_w_tau))[j]
-  return jnp.mean(scores, axis=0)  # time_rows
+  return mixing_from_matrix(kind, attention_matrix(kind, values, previous, similarity,
+                                                   temperature))
 
 
 def attention(kind='self', similarity='dot', temperature=1.0, previous_update_key=None):
@@ -132,9 +146,11 @@ def attention(kind='self', similarity='dot', temperature=1.0, previous_update_ke
     del weights, buffer  # IGFL weighs by attention, whatever --weighting says
     values = -_flatten(deltas)  # Delta_w_j, paper sign
     previous = _flatten(cohort.old_states[state_key]) if uses_previous else None
-    mixing = mixing_weights(kind, values, previous, similarity, temperature)
+    matrix = attention_matrix(kind, values, previous, similarity, temperature)
+    mixing = mixing_from_matrix(kind, matrix)
     pseudo_gradient = jax.tree.map(lambda d: jnp.tensordot(mixing, d, axes=1), deltas)
-    return pseudo_gradient, {'weight_sum': jnp.sum(mixing)}
+    # aux: the round's attention matrix in cohort order (--diag_attention; dropped otherwise)
+    return pseudo_gradient, {'weight_sum': jnp.sum(mixing)}, {'attention': matrix}
 
   return Part(name, init=lambda params: {'weight_sum': jnp.ones((), jnp.float32)},
               aggregate=aggregate,

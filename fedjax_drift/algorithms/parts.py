@@ -58,7 +58,9 @@ class Part(NamedTuple):
   loss(params, logits, batch, ctx) -> scalar added to the local objective
   logits(logits, batch, ctx) -> logits used by the task loss (FedRS)
   correct(grads, ctx) -> grads             lookahead(params, ctx) -> gradient point
-  aggregate(deltas, weights, cohort, buffer) -> (pseudo-gradient, buffer)  (at most one part)
+  aggregate(deltas, weights, cohort, buffer) -> (pseudo-gradient, buffer), or (pseudo-gradient,
+    buffer, aux) with aux per-round values that are no state (IGFL's attention matrix),
+    returned by server_update as its third output (at most one part aggregates)
   server_update(params, buffer, sctx) -> (params, buffer)
   start(ctx) -> params where local training starts (default theta_t; FedBN's local norms)
   upload(params) -> extra floats a client sends (beyond its delta)
@@ -171,11 +173,11 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
     return ClientResult(delta, {**ctx.state, **new_state}, loss, upload if upload else ())
 
   def server_update(params, server, cohort):
-    new_server = dict(server)
+    new_server, aux = dict(server), ()
     if aggregators:
       agg = aggregators[0]
-      pseudo_gradient, buffer = agg.aggregate(cohort.deltas, cohort.weights, cohort,
-                                              server.get(agg.name))
+      pseudo_gradient, buffer, *aux = agg.aggregate(cohort.deltas, cohort.weights, cohort,
+                                                    server.get(agg.name))
       if agg.init:
         new_server[agg.name] = buffer
     else:
@@ -186,7 +188,7 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
     for p in parts:
       if p.server_update:
         new_params, new_server[p.name] = p.server_update(new_params, server.get(p.name), sctx)
-    return new_params, new_server
+    return (new_params, new_server, *aux)
 
   def communication(params):
     server = jax.eval_shape(init, params)

@@ -1,0 +1,92 @@
+"""What the diagnostics (issue 21) cost the default run when off: interleaved A B A B timing.
+
+    python benchmarks/diag_cost.py --baseline_repo=../before-diagnostics --reps=4 [--rounds=50]
+        [--with_on]
+
+A git worktree of the commit before the diagnostics makes the baseline, e.g.
+    git worktree add ../before-diagnostics 7e8c4d5
+
+Variants, each a fresh process running experiments/run.py with the default flags, in the
+order before, after[, on] within every repetition so that machine drift hits all alike:
+  before  the baseline checkout (--baseline_repo), which has no diagnostics
+  after   this checkout, every diagnostic off (the default)
+  on      this checkout with --diag_client_acc --diag_features_rounds=1,<rounds> (--with_on):
+          what they cost when asked for
+Prints, per variant, the median and range of the training loop time (summary.json
+train_time_s) and the process time, and the paired ratios after/before (and on/before)
+within each repetition, whose spread says how much of a difference is noise. Expect
+after/before about 1: with the flags off, the compiled round program is identical
+(tests/test_diagnostics.py::test_off_the_round_program_is_unchanged), and the host does a
+few Python checks per call.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def command(variant, args):
+  repo = args.baseline_repo if variant == 'before' else ROOT
+  cmd = [sys.executable, os.path.join(repo, 'experiments', 'run.py')]
+  if variant == 'on':
+    cmd += ['--diag_client_acc', f'--diag_features_rounds=1,{args.rounds}']
+  return cmd
+
+
+def one(variant, args, out):
+  """One process of `variant`: {'process_s', 'loop_s', 'final_accuracy'}."""
+  env = dict(os.environ)
+  if variant == 'before':  # its own package, not this checkout's editable install
+    env['PYTHONPATH'] = args.baseline_repo + os.pathsep + env.get('PYTHONPATH', '')
+  t = time.perf_counter()
+  proc = subprocess.run(command(variant, args) + [f'--rounds={args.rounds}', f'--out={out}',
+                                                  '--progress=false'],
+                        capture_output=True, text=True, env=env)
+  wall = time.perf_counter() - t
+  if proc.returncode:
+    raise SystemExit(f'{variant} failed: {proc.stderr[-2000:]}')
+  with open(os.path.join(out, 'summary.json')) as f:
+    summary = json.load(f)
+  return {'process_s': wall, 'loop_s': summary.get('train_time_s', summary['wall_time_s']),
+          'final_accuracy': summary['final_accuracy']}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--baseline_repo', required=True,
+                      help='a checkout from before the diagnostics')
+  parser.add_argument('--reps', type=int, default=4)
+  parser.add_argument('--rounds', type=int, default=50)
+  parser.add_argument('--with_on', action='store_true',
+                      help='also time the run with two diagnostics on')
+  args = parser.parse_args()
+  args.baseline_repo = os.path.abspath(args.baseline_repo)
+  variants = ['before', 'after'] + (['on'] if args.with_on else [])
+  results = {v: [] for v in variants}
+  with tempfile.TemporaryDirectory() as tmp:
+    for rep in range(args.reps):
+      for v in variants:
+        results[v].append(one(v, args, os.path.join(tmp, f'{v}-{rep}')))
+        print(v, rep, results[v][-1], flush=True)
+  for v, rows in results.items():
+    for key in ('loop_s', 'process_s'):
+      values = [r[key] for r in rows]
+      print(f'{v:>6} {key}: median {statistics.median(values):.2f}s '
+            f'(range {min(values):.2f}-{max(values):.2f}) over {len(values)}')
+  for v in variants[1:]:
+    ratios = [a['loop_s'] / b['loop_s'] for a, b in zip(results[v], results['before'])]
+    print(f'{v}/before loop time, paired by repetition: median {statistics.median(ratios):.3f} '
+          f'[{min(ratios):.3f}-{max(ratios):.3f}]')
+  same = {r['final_accuracy'] for v in ('before', 'after') for r in results[v]}
+  print('final accuracy before = after:', len(same) == 1, sorted(same))
+  print(json.dumps(results))
+
+
+if __name__ == '__main__':
+  main()
