@@ -138,7 +138,7 @@ def differences(rows, metric, references):
   """{method: {reference: stats.paired_difference}} of `metric` over the seeds each method
   shares with each reference method (a label in rows; a method is not compared with itself).
   rows: one scenario's results entries (each with 'method' and 'per_seed')."""
-  by = {r['method']: r['per_seed'][metric] for r in rows}
+  by = {r['method']: r.get('per_seed', {}).get(metric, {}) for r in rows}  # older files: none
   return {r['method']: {ref: stats.paired_difference(by[r['method']], by[ref])
                         for ref in references if ref in by and ref != r['method']}
           for r in rows}

@@ -236,6 +236,9 @@ def test_preset_selects_on_validation_and_reports_intervals(presets_module, tmp_
   assert 'final = final accuracy (at the last round)' in table
   assert '| fedavg | lr=1 | validation | lr=0.0001 | 2 |' in table
   assert '− fedavg' in table and '− fedprox' in table
+  # results.json alone rebuilds the same tables (what a RESULTS.md rebuild reads).
+  from fedjax_drift import tables
+  assert tables.markdown(json.loads((tmp_path / 'val' / 'results.json').read_text())) in table
 
   test = presets.run_preset('tiny', 'full', out_root=str(tmp_path / 'test'), select_on='test',
                             log=lambda *_: None)
