@@ -15,7 +15,7 @@
 // than a small convolution). Activations stay NHWC, so they are read and written in place; the
 // kernel is given to oneDNN in the format it chooses (`any`) and reordered from/to HWIO on each
 // call, which is cheap next to the convolution. The scratchpad is user-managed and
-// thread-local, so XLA may run several of these calls at once from its own threads.
+// thread-local; calls from several XLA threads run one after another (see Run).
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -239,6 +239,11 @@ ffi::Error Run(Kind kind, ffi::Buffer<ffi::F32> a, ffi::Buffer<ffi::F32> b,
   const int64_t inner_out = Inner(dout);
   try {
     auto plan = GetPlan(g, kind);
+    // One convolution at a time in the process: each already spreads over every core with
+    // OpenMP, and XLA may start independent ones (backward-data beside backward-weights) on
+    // two of its threads at once, which would put two OpenMP teams on the same cores.
+    static std::mutex exec_mu;
+    std::lock_guard<std::mutex> lock(exec_mu);
     for (int64_t i = 0; i < groups; ++i) {
       RunOne(*plan, g, kind, a.typed_data() + BroadcastOffset(lead, da, i, Inner(da)),
              b.typed_data() + BroadcastOffset(lead, db, i, Inner(db)),
