@@ -96,6 +96,7 @@ DATASET_READS = {
 # flag -> (fields read only while it is set, fields it replaces and leaves unread).
 WHEN_SET = {
     'init_params': (('init_params_run',), ('init',)),  # saved parameters replace --init's
+    'val_fraction': (('val_source',), ()),  # where the split comes from, when there is one
 }
 
 # A field whose -1 means 'the same as' another field also reads that field.

@@ -296,3 +296,9 @@ def test_compare_table_gives_intervals_and_says_what_it_reports(tmp_path):
   text = compare.markdown(rows)
   assert f'[{100 * (0.6 - half):.2f}, {100 * (0.6 + half):.2f}]' in text
   assert 'final = at the last round' in text and '95% t-interval' in text
+
+
+def test_val_source_without_a_split_is_named_unread():
+  from fedjax_drift import applies
+  assert '--val_source=server' in applies.warning(fedjax_drift.Config(val_source='server'))
+  assert not applies.warning(fedjax_drift.Config(val_source='server', val_fraction=0.1))
