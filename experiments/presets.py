@@ -333,7 +333,7 @@ def _client_examples(c):
   if c.scenario == 'longtail_stateless':
     share = sum(c.imbalance_ratio ** (i / 9) for i in range(10)) / 10
     return n * c.client_fraction * share
-  return n / c.num_clients
+  return n * (1 - c.val_fraction) / c.num_clients  # clients train without the split
 
 
 def sample_gradients(c):
