@@ -179,6 +179,21 @@ def test_strided_conv_of_the_zoo_with_onednn(extension, stride, padding):
   assert_close(run('onednn'), run('lax'))
 
 
+@pytest.mark.parametrize('stride,padding', [(1, 'SAME'), (2, 'VALID')])
+def test_gradients_of_gradients_equal_lax(extension, stride, padding):
+  """The backward convolutions have VJPs too (each other): grad of a gradient penalty."""
+  del extension
+  x = jax.random.normal(jax.random.key(8), (2, 7, 6, 3))
+  kernel = jax.random.normal(jax.random.key(9), (3, 3, 3, 4)) / 3
+
+  def second(conv):
+    loss = lambda x, w: jnp.sum(jnp.tanh(conv(x, w, (stride, stride), padding)))
+    penalty = lambda x, w: sum(jnp.sum(jnp.sin(g)) for g in jax.grad(loss, (0, 1))(x, w))
+    return jax.jit(jax.grad(penalty, (0, 1)))(x, kernel)
+
+  assert_close(second(onednn.conv), second(_lax))
+
+
 # --- jit, vmap, scan ---------------------------------------------------------------------------
 
 def _clients():

@@ -11,7 +11,7 @@ oneDNN's forward, backward-data and backward-weights convolutions directly:
   hash of everything it was built from, so a new jaxlib, oneDNN or source builds anew; the core
   install needs neither a compiler nor oneDNN.
 - `conv(x, kernel, strides, padding)` is a `jax.custom_vjp` whose forward and both gradients are
-  custom calls, so it works under jit, grad, lax.scan and vmap. Under vmap the calls get the
+  custom calls (and so are their own gradients), so it works under jit, grad, lax.scan and vmap. Under vmap the calls get the
   vmapped axes as leading axes (`vmap_method='expand_dims'`), and the C++ side runs one
   convolution per leading index, broadcasting operands whose axis is 1: vmapped clients each
   convolve with their own kernel, in one call.
@@ -189,8 +189,15 @@ def _call(target, shape, a, b, strides, pads):
                           vmap_method='expand_dims')(a, b, **_attrs(strides, pads))
 
 
+# The three convolutions are each other's transposes, so each one's VJP is made of the other
+# two, and gradients of gradients (jax.hessian, grad of a gradient penalty) are custom calls too:
+#   y  = forward(x, k)           ->  dx = backward_data(dy, k),   dk = backward_weights(x, dy)
+#   dx = backward_data(dy, k)    ->  d(dy) = forward(g, k),       dk = backward_weights(g, dy)
+#   dk = backward_weights(x, dy) ->  dx = backward_data(dy, g),   d(dy) = forward(x, g)
+# (g is the cotangent of each function's output). Shapes and geometry are static arguments.
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _conv(x, kernel, strides, pads):
+def _forward(x, kernel, strides, pads):
   (pt, pb), (pl, pr) = pads
   k_h, k_w, _, f = kernel.shape
   n, h, w, _ = x.shape
@@ -198,18 +205,54 @@ def _conv(x, kernel, strides, pads):
   return _call('forward', shape, x, kernel, strides, pads)
 
 
-def _conv_fwd(x, kernel, strides, pads):
-  return _conv(x, kernel, strides, pads), (x, kernel)
+def _forward_fwd(x, kernel, strides, pads):
+  return _forward(x, kernel, strides, pads), (x, kernel)
 
 
-def _conv_bwd(strides, pads, residuals, dy):
+def _forward_bwd(strides, pads, residuals, g):
   x, kernel = residuals
-  dx = _call('backward_data', x.shape, dy, kernel, strides, pads)
-  dkernel = _call('backward_weights', kernel.shape, x, dy, strides, pads)
-  return dx, dkernel
+  return (_backward_data(g, kernel, x.shape, strides, pads),
+          _backward_weights(x, g, kernel.shape, strides, pads))
 
 
-_conv.defvjp(_conv_fwd, _conv_bwd)
+_forward.defvjp(_forward_fwd, _forward_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _backward_data(dy, kernel, x_shape, strides, pads):
+  return _call('backward_data', x_shape, dy, kernel, strides, pads)
+
+
+def _backward_data_fwd(dy, kernel, x_shape, strides, pads):
+  return _backward_data(dy, kernel, x_shape, strides, pads), (dy, kernel)
+
+
+def _backward_data_bwd(x_shape, strides, pads, residuals, g):
+  del x_shape
+  dy, kernel = residuals
+  return (_forward(g, kernel, strides, pads),
+          _backward_weights(g, dy, kernel.shape, strides, pads))
+
+
+_backward_data.defvjp(_backward_data_fwd, _backward_data_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _backward_weights(x, dy, kernel_shape, strides, pads):
+  return _call('backward_weights', kernel_shape, x, dy, strides, pads)
+
+
+def _backward_weights_fwd(x, dy, kernel_shape, strides, pads):
+  return _backward_weights(x, dy, kernel_shape, strides, pads), (x, dy)
+
+
+def _backward_weights_bwd(kernel_shape, strides, pads, residuals, g):
+  del kernel_shape
+  x, dy = residuals
+  return (_backward_data(dy, g, x.shape, strides, pads), _forward(x, g, strides, pads))
+
+
+_backward_weights.defvjp(_backward_weights_fwd, _backward_weights_bwd)
 
 
 def conv(x, kernel, strides=(1, 1), padding='SAME'):
@@ -224,5 +267,5 @@ def conv(x, kernel, strides=(1, 1), padding='SAME'):
     raise TypeError(f'oneDNN convolutions take float32, got {x.dtype} and {kernel.dtype}')
   strides = tuple(int(s) for s in strides)
   pads = _pads(padding, x.shape[1:3], kernel.shape[:2], strides)
-  return _conv(x, kernel, strides, pads)
+  return _forward(x, kernel, strides, pads)
 
