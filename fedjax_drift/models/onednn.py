@@ -28,6 +28,7 @@ import hashlib
 import os
 import platform
 import shutil
+import site
 import subprocess
 import sys
 import sysconfig
@@ -61,10 +62,8 @@ def find_onednn():
   Looks where pip puts the wheels' data files (the environment's prefix, or the user base for
   `pip install --user`), then $DNNLROOT (oneDNN's own convention for a source install).
   """
-  roots = [sysconfig.get_paths()['data'], sys.prefix, sys.base_prefix,
-           sysconfig.get_config_var('userbase') or '', os.environ.get('DNNLROOT', '')]
-  import site  # pylint: disable=g-import-not-at-top
-  roots.append(site.getuserbase())
+  roots = [sysconfig.get_paths()['data'], sys.prefix, sys.base_prefix, site.getuserbase(),
+           os.environ.get('DNNLROOT', '')]
   for root in dict.fromkeys(r for r in roots if r):
     include = os.path.join(root, 'include')
     if not os.path.exists(os.path.join(include, 'oneapi', 'dnnl', 'dnnl.hpp')):
