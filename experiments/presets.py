@@ -65,6 +65,43 @@ TODAY = {'augment': 'none', 'normalize': 'none', 'clip_grad_norm': 0.0, 'kd_tau2
 # that cannot hold a split out (stateless long-tail clients draw from the whole training
 # set) fall back to selection on test, and their tables say so.
 SELECTION = {'val_fraction': 0.1, 'val_source': 'clients'}
+# The cpu tier (--mode=cpu, issue 22): every preset's methods, partition, participation, local
+# work and full tuning grids, on data and a model that train in CPU-seconds. One rule for every
+# preset; each departure from the paper, with why (the tables print them):
+CPU_DATA = {  # the paper's image data -> the embedded Fashion-MNIST subset (always available)
+    'cifar10': 'embedded', 'cifar100': 'embedded', 'tiny_imagenet': 'embedded',
+    'emnist': 'embedded'}
+CPU_SEEDS = 3  # at least 3 seeds, so every table has a 95% interval
+CPU_ROUNDS = 30  # rounds are cut to at most this: the MLP on 6,000 images plateaus by then
+CPU_CLIENTS = 250  # at most this many clients: 5,400 training examples leave >= 21 each
+CPU_WHY = {
+    'dataset': 'the embedded Fashion-MNIST subset (6,000 train / 1,000 test, 28x28, 10 '
+               'classes) instead of the paper\'s image data, so the tier runs anywhere in '
+               'minutes (CIFAR-100\'s and EMNIST\'s label counts become 10)',
+    'model': 'logistic regression (logreg; MOON and FedGKD+ add their projection head on '
+             'its input, as the paper adds one to its CNN), or the 2x200 MLP with BatchNorm '
+             '(mlp_bn) where the paper\'s model has BatchNorm, instead of the paper\'s CNN/'
+             'ResNet: one round of the grid must take seconds on 2 cores',
+    'pipeline': 'no augmentation, normalisation, GroupNorm setting or dataset-specific label '
+                'option: they belong to the paper\'s colour images and convolutional models',
+    'rounds': f'at most {CPU_ROUNDS} rounds, evaluated every 3',
+    'seeds': f'{CPU_SEEDS} seeds',
+    'clients': f'at most {CPU_CLIENTS} clients (clients per round unchanged)',
+    'sizes': 'server-side example counts (vote_val_size) scaled by 6,000 / the paper\'s '
+             'training-set size',
+}
+# Datasets with no CPU stand-in: their presets are not in the cpu tier (one line each).
+CPU_LEFT_OUT = {'ag_news': 'text (AG News) has no CPU stand-in in the embedded data',
+                'sst5': 'text (SST-5) has no CPU stand-in in the embedded data',
+                'domainnet': 'multi-domain data (DomainNet) has no honest stand-in in one '
+                             'single-domain subset',
+                'digits5': 'multi-domain data (Digits-5) has no honest stand-in in one '
+                           'single-domain subset'}
+# MFLOP per sample-gradient of the cpu tier's models (forward + backward = 3x the forward
+# multiply-adds x 2 on a 28x28 input: logreg 7,840 MACs, the 2x200 MLP 198,800).
+CPU_MFLOP = {'logreg': 0.047, 'mlp': 1.2, 'mlp_bn': 1.2}
+CPU_DROP = ('augment_pad', 'augment_degrees', 'normalize_mean', 'normalize_std', 'gn_groups',
+            'gn_group_size', 'cifar100_labels', 'emnist_split')
 NO_SPLIT = 'stateless long-tail clients draw from the whole training set'
 PIPELINE = ('augment', 'augment_pad', 'augment_degrees', 'normalize', 'normalize_mean',
             'normalize_std', 'clip_grad_norm', 'kd_tau2', 'gkd_loss', 'local_optimizer',
@@ -193,6 +230,8 @@ def resolve(name, mode, scenario, label, rounds=None, seeds=None):
   grid = {k: tuple(vals) for k, (vals, _) in method_grid(preset, method).items()}
   n_seeds = preset['seeds'][0]
   full_rounds = values.get('rounds')
+  if mode == 'cpu':
+    values, n_seeds = cpu_values(values), CPU_SEEDS
   if mode == 'short':
     short = preset['short']
     values['rounds'] = _short_rounds(preset, scenario)
@@ -215,6 +254,30 @@ def resolve(name, mode, scenario, label, rounds=None, seeds=None):
   if values.get('scenario') == 'longtail_stateless':  # no split can be held out (NO_SPLIT)
     values['val_fraction'] = 0.0
   return values, grid, n_seeds
+
+
+def cpu_values(values):
+  """The cpu tier's Config values for a run of the paper's `values` (CPU_WHY says why each
+  change): methods, partition, clients per round, local work and hyperparameters stay."""
+  data, model = values.get('dataset', 'embedded'), values.get('model', 'mlp')
+  out = {k: v for k, v in values.items() if k not in CPU_DROP}
+  out['dataset'] = CPU_DATA.get(data, data)
+  out['model'] = 'mlp_bn' if model.endswith('_bn') else 'logreg'
+  out.update(augment='none', normalize='none')
+  out['rounds'] = min(values.get('rounds', CPU_ROUNDS), CPU_ROUNDS)
+  out['eval_every'] = max(1, min(3, out['rounds']))
+  out['num_clients'] = min(values.get('num_clients', CPU_CLIENTS), CPU_CLIENTS)
+  if out.get('vote_val_size'):
+    out['vote_val_size'] = round(out['vote_val_size'] * TRAIN_SIZE['embedded'] /
+                                 TRAIN_SIZE.get(data, 50_000))
+  return out
+
+
+def cpu_left_out(values):
+  """Why a paper run has no cpu-tier counterpart ('' when it has one)."""
+  data = values.get('dataset', 'embedded')
+  return CPU_LEFT_OUT.get(data, '' if data in CPU_DATA or data == 'embedded' else
+                          f'no CPU stand-in for --dataset={data}')
 
 
 def scaled_shift_count(count, full_rounds, rounds):
@@ -277,6 +340,8 @@ def plan(name, mode, only=None, rounds=None, seeds=None, replace=None):
       static, issues = _static_pending(preset, scenario, label)
       reasons = [f'{r} ({", ".join(issues)})' if issues else r
                  for r in static + missing(values)]
+      if mode == 'cpu' and cpu_left_out(values):
+        reasons = [f'not in the cpu tier: {cpu_left_out(values)}']
       out.append((scenario, label, values, grid, n_seeds, reasons))
   return out
 
@@ -353,9 +418,9 @@ def estimate(name, mode, **overrides):
   for _, _, c in configs(name, mode, **overrides):
     n = sample_gradients(c)
     total += n
-    if c.model not in MFLOP_PER_SAMPLE or c.dataset not in TRAIN_SIZE:
-      unknown.add(c.model if c.model not in MFLOP_PER_SAMPLE else c.dataset)
-    flops += n * MFLOP_PER_SAMPLE.get(c.model, 100) * 1e6
+    if c.model not in {**MFLOP_PER_SAMPLE, **CPU_MFLOP} or c.dataset not in TRAIN_SIZE:
+      unknown.add(c.dataset if c.dataset not in TRAIN_SIZE else c.model)  # CPU_MFLOP: cpu tier
+    flops += n * {**MFLOP_PER_SAMPLE, **CPU_MFLOP}.get(c.model, 100) * 1e6
   return total, flops / (CPU_GFLOPS * 1e9) / 3600, sorted(unknown)
 
 
@@ -448,6 +513,9 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
   rows = plan(name, mode, only, rounds, seeds, replace)
   live = [(s, m, to_config(v, g, n)) for s, m, v, g, n, r in rows if not r]
   if not live:
+  if not live and mode == 'cpu' and rows and all(
+      r[5][0].startswith('not in the cpu tier') for r in rows):
+    raise fedjax_drift.UserError(f'preset {name} is {rows[0][5][0]}')
     needs = sorted(pending(name, mode, only))
     raise fedjax_drift.UserError(f'preset {name} is pending: this build lacks '
                                  f'{"; ".join(needs)}')
@@ -531,6 +599,11 @@ def cuts(name, mode, rounds=None, seeds=None):
                            for k in sorted(tuned)) + '; fixed values stay)')
     out.append(f'why: {short["why"]}')
   if rounds:
+  if mode == 'cpu':
+    out += [f'{k}: {why}' for k, why in CPU_WHY.items()]
+    left = sorted({r for *_, reasons in plan(name, 'cpu') for r in reasons
+                   if r.startswith('not in the cpu tier')})
+    out += [f'left out: {r[len("not in the cpu tier: "):]}' for r in left]
     out.append(f'rounds overridden on the command line: {rounds}')
   if seeds:
     out.append(f'seeds overridden on the command line: {seeds}')
@@ -556,6 +629,8 @@ def settings_table(name, mode='full', rounds=None, seeds=None):
            f'{", ".join(e["id"] for e in EXPERIMENTS if name in e["presets"])}. Mode `{mode}`' +
            (' (the paper\'s set-up).' if mode == 'full' else
             ' (the paper\'s model, data and fixed hyperparameters; cut as listed below).'), '',
+            ' (the paper\'s methods, partition, participation and grids on the embedded data '
+            'with an MLP; changes listed below).' if mode == 'cpu' else
            f'Pipeline: {preset["pipeline"]}', '',
            '| setting | value | source |', '|---|---|---|']
   for k, (val, src) in preset['setting'].items():
@@ -670,7 +745,10 @@ def list_text():
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('preset', nargs='?', choices=sorted(PRESETS) + ['all'])
-  parser.add_argument('--mode', choices=('short', 'full'), default='short')
+  parser.add_argument('--mode', choices=('cpu', 'short', 'full'), default='short',
+                      help='cpu: the paper\'s methods and grids on the embedded data with an '
+                      'MLP (minutes here); short and full: the paper\'s data and models, for '
+                      'accelerators')
   parser.add_argument('--out', default='', help='results directory (default '
                       'runs/presets/<preset>-<mode> under the current directory)')
   parser.add_argument('--overwrite', action='store_true',

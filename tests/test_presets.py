@@ -36,7 +36,7 @@ def _by(name, mode):
 
 
 @pytest.mark.parametrize('name', sorted(presets.PRESETS))
-@pytest.mark.parametrize('mode', ['full', 'short'])
+@pytest.mark.parametrize('mode', ['full', 'short', 'cpu'])
 def test_every_config_validates_and_builds_its_algorithm(name, mode):
   todo = presets.configs(name, mode)
   if not todo:  # every run waits for a piece this build lacks; the reason is named
@@ -74,6 +74,37 @@ def test_short_mode_keeps_model_data_and_hyperparameters(name):
     assert c.rounds <= f.rounds and c.seeds <= f.seeds
   cuts = presets.cuts(name, 'short')
   assert any(x.startswith('rounds:') for x in cuts) and any(x.startswith('seeds:') for x in cuts)
+
+
+# What the cpu tier keeps from the paper's set-up (presets.cpu_values changes only data, model,
+# pipeline, rounds, seeds, evaluation spacing, the client cap and server-side example counts).
+CPU_KEEPS = ('algo', 'partition', 'dirichlet_alpha', 'classes_per_client', 'clients_per_round',
+             'local_epochs', 'local_steps', 'batch_size', 'lr', 'weight_decay', 'grid',
+             'scenario', 'local_terms', 'weighting', 'personalize', 'test_partition')
+
+
+@pytest.mark.parametrize('name', sorted(presets.PRESETS))
+def test_cpu_tier_keeps_methods_partition_participation_and_grids(name):
+  full, cpu = _by(name, 'full'), _by(name, 'cpu')
+  if not cpu:  # left out: the reason is named (text or multi-domain data) or it is pending
+    assert presets.pending(name, 'cpu')
+    return
+  assert set(cpu) == set(full)
+  for key, c in cpu.items():
+    f = full[key]
+    assert [getattr(c, k) for k in CPU_KEEPS] == [getattr(f, k) for k in CPU_KEEPS], key
+    assert c.dataset == 'embedded' and c.model in ('logreg', 'mlp_bn')
+    assert c.seeds == presets.CPU_SEEDS >= 3 and c.rounds == min(f.rounds, presets.CPU_ROUNDS)
+    assert c.num_clients == min(f.num_clients, presets.CPU_CLIENTS)
+  cuts = presets.cuts(name, 'cpu')
+  assert any(x.startswith('dataset:') for x in cuts) and any(x.startswith('model:') for x in cuts)
+
+
+def test_cpu_tier_leaves_out_text_and_multi_domain_presets_in_one_line():
+  for name in ('fedgkd_text', 'fedfor_digits', 'fedfor_domainnet'):
+    assert not presets.configs(name, 'cpu')
+    with pytest.raises(fedjax_drift.UserError, match='not in the cpu tier'):
+      presets.run_preset(name, 'cpu', out_root='/nonexistent/never-written')
 
 
 def test_fedadc_uses_the_papers_cohorts_and_weight_decay():
