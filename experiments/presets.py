@@ -512,11 +512,11 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
              **selection_overrides(select_on, val_fraction)}
   rows = plan(name, mode, only, rounds, seeds, replace)
   live = [(s, m, to_config(v, g, n)) for s, m, v, g, n, r in rows if not r]
-  if not live:
   if not live and mode == 'cpu' and rows and all(
       r[5][0].startswith('not in the cpu tier') for r in rows):
     raise fedjax_drift.UserError(f'preset {name} is {rows[0][5][0]}')
     needs = sorted(pending(name, mode, only))
+  if not live:
     raise fedjax_drift.UserError(f'preset {name} is pending: this build lacks '
                                  f'{"; ".join(needs)}')
   check_out(out_dir, overwrite)
@@ -598,13 +598,13 @@ def cuts(name, mode, rounds=None, seeds=None):
                  ', '.join(f'{k}={point[k]:g}' if k in point else f'{k}=first value'
                            for k in sorted(tuned)) + '; fixed values stay)')
     out.append(f'why: {short["why"]}')
-  if rounds:
   if mode == 'cpu':
     out += [f'{k}: {why}' for k, why in CPU_WHY.items()]
     left = sorted({r for *_, reasons in plan(name, 'cpu') for r in reasons
                    if r.startswith('not in the cpu tier')})
     out += [f'left out: {r[len("not in the cpu tier: "):]}' for r in left]
     out.append(f'rounds overridden on the command line: {rounds}')
+  if rounds:
   if seeds:
     out.append(f'seeds overridden on the command line: {seeds}')
   return out
@@ -628,9 +628,9 @@ def settings_table(name, mode='full', rounds=None, seeds=None):
            f'Paper: {preset["paper"]}. Experiments: '
            f'{", ".join(e["id"] for e in EXPERIMENTS if name in e["presets"])}. Mode `{mode}`' +
            (' (the paper\'s set-up).' if mode == 'full' else
-            ' (the paper\'s model, data and fixed hyperparameters; cut as listed below).'), '',
             ' (the paper\'s methods, partition, participation and grids on the embedded data '
-            'with an MLP; changes listed below).' if mode == 'cpu' else
+            'with a small model; changes listed below).' if mode == 'cpu' else
+            ' (the paper\'s model, data and fixed hyperparameters; cut as listed below).'), '',
            f'Pipeline: {preset["pipeline"]}', '',
            '| setting | value | source |', '|---|---|---|']
   for k, (val, src) in preset['setting'].items():
