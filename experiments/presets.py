@@ -515,8 +515,8 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
   if not live and mode == 'cpu' and rows and all(
       r[5][0].startswith('not in the cpu tier') for r in rows):
     raise fedjax_drift.UserError(f'preset {name} is {rows[0][5][0]}')
-    needs = sorted(pending(name, mode, only))
   if not live:
+    needs = sorted(pending(name, mode, only))
     raise fedjax_drift.UserError(f'preset {name} is pending: this build lacks '
                                  f'{"; ".join(needs)}')
   check_out(out_dir, overwrite)
@@ -603,8 +603,8 @@ def cuts(name, mode, rounds=None, seeds=None):
     left = sorted({r for *_, reasons in plan(name, 'cpu') for r in reasons
                    if r.startswith('not in the cpu tier')})
     out += [f'left out: {r[len("not in the cpu tier: "):]}' for r in left]
-    out.append(f'rounds overridden on the command line: {rounds}')
   if rounds:
+    out.append(f'rounds overridden on the command line: {rounds}')
   if seeds:
     out.append(f'seeds overridden on the command line: {seeds}')
   return out
