@@ -101,6 +101,8 @@ def build():
   if platform.system() != 'Linux' or platform.machine().lower() not in ('x86_64', 'amd64'):
     raise RuntimeError(f'the oneDNN extension is built for x86-64 Linux only, not '
                        f'{platform.system()} {platform.machine()}')
+  if not hasattr(jax, 'ffi'):  # jax.ffi (headers, ffi_call) arrived in jax 0.4.38
+    raise RuntimeError(f'the oneDNN extension needs jax >= 0.4.38 (jax.ffi), not {jax.__version__}')
   found = find_onednn()
   if found is None:
     raise RuntimeError('oneDNN is not installed (pip install "fedjax-drift[onednn]")')
