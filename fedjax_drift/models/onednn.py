@@ -10,11 +10,13 @@ oneDNN's forward, backward-data and backward-weights convolutions directly:
   (`pip install ".[onednn]"`) and the XLA FFI headers jaxlib ships. The library is named by a
   hash of everything it was built from, so a new jaxlib, oneDNN or source builds anew; the core
   install needs neither a compiler nor oneDNN.
-- `conv(x, kernel, strides, padding)` is a `jax.custom_vjp` whose forward and both gradients are
-  custom calls (and so are their own gradients), so it works under jit, grad, lax.scan and vmap. Under vmap the calls get the
-  vmapped axes as leading axes (`vmap_method='expand_dims'`), and the C++ side runs one
-  convolution per leading index, broadcasting operands whose axis is 1: vmapped clients each
-  convolve with their own kernel, in one call.
+- `conv(x, kernel, strides, padding)` is a `jax.custom_vjp` whose forward and both gradients
+  are custom calls (and so are their own gradients), so it works under jit, grad, lax.scan and
+  vmap. Under vmap the calls get the vmapped axes as leading axes (`vmap_method=
+  'expand_dims'`), and the C++ side runs one convolution per leading index, broadcasting
+  operands whose axis is 1: vmapped clients each convolve with their own kernel, in one call.
+- Concurrency: one convolution runs at a time per process (each uses every core through
+  OpenMP; OMP_NUM_THREADS and OMP_WAIT_POLICY apply as for any GNU OpenMP program).
 - `available()` says whether the extension could be built and loaded, and `unavailable_reason()`
   why not (no oneDNN wheel, no compiler, not x86-64 Linux, not the CPU backend).
 
