@@ -20,8 +20,8 @@ CONFIDENCE = 0.95
 
 # What a table reports of each run, in the words every table uses (issue 22: say which).
 METRICS = {'final': 'final accuracy (at the last round)',
-           'best': 'best accuracy (the highest over the evaluations)',
-           'best_half': 'best accuracy up to half the rounds',
+           'best': 'best accuracy (the highest over the evaluations after round 0)',
+           'best_half': 'best accuracy up to half the rounds (after round 0)',
            'last10': 'last-10% mean (mean accuracy over the evaluations in the last 10% of '
                      'the rounds)',
            'at_best_val': 'test accuracy at the evaluation with the best validation accuracy'}

@@ -302,3 +302,34 @@ def test_val_source_without_a_split_is_named_unread():
   from fedjax_drift import applies
   assert '--val_source=server' in applies.warning(fedjax_drift.Config(val_source='server'))
   assert not applies.warning(fedjax_drift.Config(val_source='server', val_fraction=0.1))
+
+
+@pytest.mark.slow
+def test_fedbn_validation_is_each_clients_norms_mean_over_domains(tmp_path):
+  from fedjax_drift.algorithms import fedbn
+  from fedjax_drift.checkpoint import Checkpointer
+  from test_domains import write_domain_npz
+  npz = write_domain_npz(tmp_path / 'd.npz')
+  config = fedjax_drift.Config(dataset=f'npz:{npz}', partition='domains', num_clients=4,
+                               clients_per_round=2, model='mlp_bn', algo='fedbn', rounds=1,
+                               eval_every=1, local_steps=2, local_epochs=0, batch_size=4,
+                               lr=0.1, val_fraction=0.3, progress=False,
+                               out=str(tmp_path / 'run'))
+  fedjax_drift.run(config, log=lambda *_: None)
+  exp = study.prepare(config)
+  state, _ = Checkpointer(str(tmp_path / 'run')).restore(study.build(config).state)
+  rows = state.clients['fedbn']['norms']
+  params = jax.tree.map(lambda a: a[0], state.params)
+  domains = exp.dataset.domains_train
+  correct, count = np.zeros(3), np.zeros(3)
+  for c in range(4):
+    idx = exp.validation.index[exp.validation.owner == c]
+    own = fedbn.with_norm_leaves(params, [r[0, c] for r in rows])
+    pred = np.asarray(exp.model.apply(own, exp.dataset.x_train[idx])).argmax(-1)
+    np.add.at(correct, domains[idx], pred == exp.dataset.y_train[idx])
+    np.add.at(count, domains[idx], 1)
+  with open(tmp_path / 'run' / 'metrics.csv') as f:
+    last = list(csv.DictReader(f))[-1]
+  present = count > 0
+  assert float(last['val_accuracy']) == pytest.approx(
+      np.mean(correct[present] / count[present]), abs=1e-6)
