@@ -291,6 +291,25 @@ def test_resume_writes_the_files_of_an_uninterrupted_run(paired, tmp_path):
 
 
 @pytest.mark.slow
+def test_resume_after_a_lost_checkpoint(paired, tmp_path):
+  """A run whose files got ahead of its last checkpoint (files written at rounds 3 and 4,
+  the round-4 checkpoint lost, as when a run is killed while saving): --resume continues from
+  round 2, drops what the files hold beyond it, and ends with the uninterrupted run's files."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  kw = dict(rounds=4, checkpoint_every=2, keep_checkpoints=3, **ALL)
+  fedjax_drift.run(config(paired, tmp_path / 'whole', **kw), **QUIET)
+  fedjax_drift.run(config(paired, tmp_path / 'cut', **kw), **QUIET)
+  shutil.rmtree(tmp_path / 'cut' / 'checkpoints' / '4')
+  lines = []
+  fedjax_drift.resume(str(tmp_path / 'cut'), log=lambda *a, **k: lines.append(str(a[0])))
+  assert 'resumed from the checkpoint at round 2' in lines
+  whole, resumed = _files(tmp_path / 'whole'), _files(tmp_path / 'cut')
+  assert whole.keys() == resumed.keys()
+  for k in whole:
+    np.testing.assert_array_equal(resumed[k], whole[k], err_msg=k)
+
+
+@pytest.mark.slow
 def test_sweep_equals_single_runs(paired, tmp_path):
   """Two seeds in one vmapped program give each seed's single-run diagnostics (run r's rows
   and array slices)."""
