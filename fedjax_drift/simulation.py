@@ -723,12 +723,14 @@ def _seed_stats(values):
 def _selected(cfg, groups):
   """summary.json 'selected': the grid point with the best mean last-10% accuracy on the
   validation split (--select_on=validation) or on the test set (test), over the seeds that
-  did not diverge."""
+  did not diverge, with that point's test final, best and last-10% mean statistics."""
   on = cfg.resolved_select_on()
   key = ('val_' if on == 'validation' else '') + 'last10_mean_accuracy'
   chosen = stats.best_point(groups, lambda g: g[key]['mean'])
+  tested = ('final_accuracy', 'best_accuracy', 'last10_mean_accuracy')
   return {'select_on': on, 'by': key,
-          'grid_point': chosen['grid_point'] if chosen is not None else None}
+          'grid_point': chosen['grid_point'] if chosen is not None else None,
+          **{k: chosen[k] if chosen is not None else None for k in tested}}
 
 
 def _points(study):
@@ -788,8 +790,10 @@ def _report_end(study, summary, per_run, total_s, compile_s, log):
           + (f' ({g["diverged"]} diverged)' if g['diverged'] else ''))
     chosen = summary.get('selected')
     if chosen and chosen['grid_point'] is not None:
+      test = chosen['last10_mean_accuracy']
       log(f'selected on {chosen["select_on"]} ({chosen["by"]}): '
-          f'{_label(chosen["grid_point"], cfg)}')
+          f'{_label(chosen["grid_point"], cfg)}; its test last-10% mean {test["mean"]:.4f}'
+          + (f' [{test["ci95"][0]:.4f}, {test["ci95"][1]:.4f}]' if test['ci95'] else ''))
     log(f'done: {len(per_run)} runs; {timing} -> {summary["run_dir"]}')
   bad = [r for r in per_run if r['status'] == 'diverged']
   if bad and not ok:

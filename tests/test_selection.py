@@ -150,6 +150,8 @@ def test_sweep_selects_on_validation_and_reports_intervals(tiny_npz, unequal_par
   chosen = summary['selected']
   assert chosen['select_on'] == 'validation' and chosen['by'] == 'val_last10_mean_accuracy'
   assert chosen['grid_point'] == {'lr': max(val_means, key=val_means.get)}
+  point = next(g for g in summary['grid_points'] if g['grid_point'] == chosen['grid_point'])
+  assert chosen['last10_mean_accuracy'] == point['last10_mean_accuracy']  # its test numbers
   written = json.loads((tmp_path / 'sweep' / 'summary.json').read_text())
   assert written['selected'] == chosen
 
