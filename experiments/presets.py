@@ -4,6 +4,7 @@
     python experiments/presets.py fedadc_table --show         # the settings table, no run
     python experiments/presets.py fedadc_table --mode=full    # the paper's set-up (GPU-sized)
     python experiments/presets.py fedadc_table                # short: same set-up, cut
+    python experiments/presets.py fedadc_table --mode=cpu     # cpu: minutes on a laptop CPU
     python experiments/presets.py all --write_doc             # rewrite experiments/PRESETS.md
 
 The settings are data: one TOML table per paper in experiments/presets/ (fedadc.toml,
@@ -14,6 +15,10 @@ file only reads them, resolves each (scenario, method) into a fedjax_drift.Confi
 `--mode=full` is the paper's set-up. `--mode=short` keeps model, data, partition, clients,
 local work and fixed hyperparameters, and cuts only what the preset's `short` entry lists
 (rounds, seeds, one grid point, some scenarios); `--rounds`/`--seeds` override the cut.
+`--mode=cpu` keeps the paper's methods, partition, clients per round, local work and full
+grids, and moves every preset by one rule (cpu_values, CPU_WHY) to the embedded Fashion-MNIST
+subset with a small model, at most CPU_ROUNDS rounds and CPU_SEEDS seeds; presets on text or
+multi-domain data are left out of it in one line (CPU_LEFT_OUT).
 
 A setting that this build lacks (a flag not in Config, a dataset not in sources.DATASETS, a
 model not in models.zoo.MODELS, an algorithm not in algorithms.NAMES) leaves that run
@@ -616,9 +621,13 @@ def work_line(name, mode, rounds=None, seeds=None):
     return f'Estimated work of `--mode={mode}`: none of its runs is live in this build.'
   note = (f' Costs of {", ".join(unknown)} are not known here: counted as 100 MFLOP per '
           'sample-gradient on 50,000 examples.' if unknown else '')
+  size = f'{hours:,.1f} hours' if hours >= 1 else f'{hours * 60:.1f} minutes'  # cpu tier
+  cpu = (' Small models on 2 cores run far below that rate (compilation, evaluation and '
+         'per-step overheads dominate): see the wall times in experiments/RESULTS.md.'
+         if mode == 'cpu' else '')
   return (f'Estimated work of `--mode={mode}` (its live runs): {n:.2g} sample-gradients, about '
-          f'{hours:,.1f} hours of this 2-core CPU at {CPU_GFLOPS} GFLOP/s (an estimate from '
-          f'FLOPs, not measured).{note}')
+          f'{size} of this 2-core CPU at {CPU_GFLOPS} GFLOP/s (an estimate from '
+          f'FLOPs, not measured).{note}{cpu}')
 
 
 def settings_table(name, mode='full', rounds=None, seeds=None):
