@@ -621,7 +621,7 @@ def work_line(name, mode, rounds=None, seeds=None):
     return f'Estimated work of `--mode={mode}`: none of its runs is live in this build.'
   note = (f' Costs of {", ".join(unknown)} are not known here: counted as 100 MFLOP per '
           'sample-gradient on 50,000 examples.' if unknown else '')
-  size = f'{hours:,.1f} hours' if hours >= 1 else f'{hours * 60:.1f} minutes'  # cpu tier
+  size = (f'{hours * 60:.1f} minutes' if mode == 'cpu' and hours < 1 else f'{hours:,.1f} hours')
   cpu = (' Small models on 2 cores run far below that rate (compilation, evaluation and '
          'per-step overheads dominate): see the wall times in experiments/RESULTS.md.'
          if mode == 'cpu' else '')
