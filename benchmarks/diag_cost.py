@@ -18,6 +18,10 @@ within each repetition, whose spread says how much of a difference is noise. Exp
 after/before about 1: with the flags off, the compiled round program is identical
 (tests/test_diagnostics.py::test_off_the_round_program_is_unchanged), and the host does a
 few Python checks per call.
+
+--lowered times nothing: it prints the sha256 of the default run's lowered segment (its
+StableHLO text) in both checkouts, for the default flags and any --flags given (e.g.
+--flags=--algo=igfl --flags=--seeds=2), and says whether they are the same program.
 """
 import argparse
 import json
@@ -57,6 +61,36 @@ def one(variant, args, out):
           'final_accuracy': summary['final_accuracy']}
 
 
+LOWER = '''
+import hashlib, sys
+import jax.numpy as jnp
+import fedjax_drift
+from fedjax_drift import engine, study
+from fedjax_drift.config import from_dict
+flags = dict(a[2:].split('=', 1) for a in sys.argv[1:])
+cfg = fedjax_drift.Config(progress=False)
+def value(default, text):
+  if isinstance(default, bool):
+    return text.lower() in ('1', 'true', 'yes')
+  return type(default)(text)
+cfg = from_dict({k: value(getattr(cfg, k), v) for k, v in flags.items()}, cfg)
+st = study.build(cfg)
+text = engine.make_segment(st.step, cfg.eval_every).lower(
+    st.state, st.data, st.inputs, jnp.int32(1)).as_text()
+print(hashlib.sha256(text.encode()).hexdigest())
+'''
+
+
+def lowered_hash(repo, flags):
+  """sha256 of the default run's lowered segment in checkout `repo`, with `flags`."""
+  env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get('PYTHONPATH', ''))
+  proc = subprocess.run([sys.executable, '-c', LOWER] + flags, capture_output=True,
+                        text=True, env=env, cwd=repo)
+  if proc.returncode:
+    raise SystemExit(f'lowering in {repo} failed: {proc.stderr[-2000:]}')
+  return proc.stdout.split()[-1]
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--baseline_repo', required=True,
@@ -65,8 +99,16 @@ def main():
   parser.add_argument('--rounds', type=int, default=50)
   parser.add_argument('--with_on', action='store_true',
                       help='also time the run with two diagnostics on')
+  parser.add_argument('--lowered', action='store_true',
+                      help='compare the lowered programs instead of timing')
+  parser.add_argument('--flags', action='append', default=[],
+                      help='with --lowered: a run flag, e.g. --flags=--algo=igfl')
   args = parser.parse_args()
   args.baseline_repo = os.path.abspath(args.baseline_repo)
+  if args.lowered:
+    before, after = (lowered_hash(r, args.flags) for r in (args.baseline_repo, ROOT))
+    print(f'before {before}\nafter  {after}\nsame program: {before == after}')
+    return
   variants = ['before', 'after'] + (['on'] if args.with_on else [])
   results = {v: [] for v in variants}
   with tempfile.TemporaryDirectory() as tmp:

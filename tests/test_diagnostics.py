@@ -374,3 +374,16 @@ def test_off_the_round_program_is_unchanged(paired, monkeypatch, algo):
     on['diag_attention'] = True
   _, with_diag = _lowered(config(paired, algo=algo, seeds=2, **on))
   assert with_diag != off
+
+
+@pytest.mark.slow
+def test_diag_cost_compares_lowered_programs():
+  """benchmarks/diag_cost.py --lowered against this checkout itself: the same program."""
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, os.path.join(root, 'benchmarks', 'diag_cost.py'),
+                         f'--baseline_repo={root}', '--lowered', '--flags=--model=logreg'],
+                        capture_output=True, text=True, check=True)
+  assert proc.stdout.splitlines()[-1] == 'same program: True'
