@@ -387,15 +387,16 @@ def _grid_text(grid):
 
 # MFLOP per sample-gradient (forward + backward) from XLA's cost analysis of a training step
 # (jax.grad of the loss, batch 8, at the paper's input size: 32x32 CIFAR, 64x64 Tiny-ImageNet,
-# 256x256 DomainNet, 28x28 digits and EMNIST); models not listed count as 100 (said so).
+# 256x256 DomainNet, 28x28 digits and EMNIST, 128 tokens of text); models not listed count as
+# 100 (said so).
 MFLOP_PER_SAMPLE = {'cnn_cifar': 162, 'resnet20_bn': 305, 'resnet8': 123,
                     'cnn_mcmahan_cifar': 113, 'resnet18': 4405, 'cnn_cifar_moon': 148,
                     'resnet50_gn': 31784, 'resnet50_bn': 31784, 'alexnet_bn': 5415,
-                    'digit_cnn_bn': 283, 'cnn_emnist': 74}
+                    'digit_cnn_bn': 283, 'cnn_emnist': 74, 'distilbert': 33797}
 CPU_GFLOPS = 60  # the README's benchmark: CNN training ran at ~62 GFLOP/s on the 2-core CPU
 # Official training-set sizes; FedBN's digit and DomainNet subsets are their own (unknown here).
 TRAIN_SIZE = {'cifar10': 50_000, 'cifar100': 50_000, 'tiny_imagenet': 100_000,
-              'emnist': 697_932, 'embedded': 6_000}
+              'emnist': 697_932, 'embedded': 6_000, 'ag_news': 120_000, 'sst5': 8_544}
 
 
 def _client_examples(c):

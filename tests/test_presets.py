@@ -250,7 +250,9 @@ WRITERS = {'cifar10': ('fixtures', 'write_cifar10_python', 'cifar-10-python.tar.
            'tiny_imagenet': ('layouts', 'write_tiny_imagenet_zip', None, {'per_class': 6}),
            'emnist': ('layouts', 'write_emnist_zip', None),
            'digits5': ('layouts', 'write_digits5', None),
-           'domainnet': ('layouts', 'write_domainnet', None)}  # None: the writer takes --data_dir
+           'domainnet': ('layouts', 'write_domainnet', None),  # None: the writer takes --data_dir
+           'ag_news': ('layouts', 'write_ag_news_tgz', None, {'per_class': 12}),
+           'sst5': ('layouts', 'write_sst5_zip', None, {'per_class': 12})}
 
 
 def _one_per_program():
@@ -288,5 +290,8 @@ def test_full_preset_builds_on_tiny_official_files(name, scen, label, tmp_path):
       num_clients=c.num_clients if c.partition == 'domains' else min(c.num_clients, 4),
       clients_per_round=min(c.clients_per_round, 4 if c.partition != 'domains' else 6),
       vote_val_size=min(c.vote_val_size, 2), classes_per_client=min(c.classes_per_client, 2))
+  if c.pretrained:  # a tiny base checkpoint in Hugging Face's layout stands in for DistilBERT's
+    from test_text_models import write_tiny_distilbert  # pylint: disable=g-import-not-at-top
+    small = dataclasses.replace(small, pretrained=write_tiny_distilbert(str(tmp_path / 'ckpt')))
   built = study.build(small.validate())
   assert built.experiments and built.state is not None

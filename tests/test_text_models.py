@@ -1,6 +1,7 @@
 """Text models (models/text.py): DistilBERT against Hugging Face's PyTorch model on the same
 checkpoint, checkpoint loading and its errors, and the small text models."""
 import json
+import os
 import sys
 
 import jax
@@ -117,6 +118,30 @@ def _numpy_checkpoint(directory, num_classes=3, drop=(), reshape=()):
   return params
 
 
+def write_tiny_distilbert(directory):
+  """A tiny DistilBERT base-model folder as Hugging Face lays one out (config.json,
+  model.safetensors under 'distilbert.', no classification head, vocab.txt), written with
+  safetensors' numpy API; its WordPiece vocabulary spells any lowercase ASCII word letter by
+  letter. For tests that need --pretrained (test_presets)."""
+  os.makedirs(directory, exist_ok=True)
+  chars = list('abcdefghijklmnopqrstuvwxyz0123456789.,;:!?\'"()-&$%/')
+  vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + chars + [f'##{c}' for c in chars]
+  spec = text.Spec(vocab_size=len(vocab), dim=32, n_layers=2, n_heads=2, hidden_dim=64)
+  params = text.DistilBert(2, spec).init(jax.random.key(5), np.zeros((1, 2, 8), np.int32))
+  tensors = {}
+  for path, value in jax.tree_util.tree_flatten_with_path(params['params'])[0]:
+    name, transpose = text.hf_name(tuple(k.key for k in path))
+    if not name.startswith(text.HEAD_TENSORS):
+      value = np.asarray(value)
+      tensors[f'distilbert.{name}'] = np.ascontiguousarray(value.T if transpose else value)
+  save_file(tensors, os.path.join(directory, 'model.safetensors'))
+  with open(os.path.join(directory, 'config.json'), 'w') as f:
+    json.dump(dict(spec._asdict(), model_type='distilbert'), f)
+  with open(os.path.join(directory, 'vocab.txt'), 'w') as f:
+    f.write('\n'.join(vocab) + '\n')
+  return directory
+
+
 def test_every_tensor_maps_back_to_its_parameter(tmp_path):
   saved = _numpy_checkpoint(tmp_path)
   model = models.get('distilbert', 3, (2, L), vocab_size=100, pretrained=str(tmp_path))
@@ -124,6 +149,16 @@ def test_every_tensor_maps_back_to_its_parameter(tmp_path):
   assert jax.tree.structure(loaded) == jax.tree.structure(saved)
   for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(saved)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_base_checkpoint_without_torch_traces_and_loads(tmp_path):
+  """A base model (no head) loads under jax.eval_shape too (the memory preflight traces init)."""
+  folder = write_tiny_distilbert(str(tmp_path))
+  model = models.get('distilbert', 4, (2, L), vocab_size=60, pretrained=folder)
+  shapes = jax.eval_shape(model.init, jax.random.key(0))
+  params = model.init(jax.random.key(0))
+  assert jax.tree.map(lambda a: a.shape, shapes) == jax.tree.map(lambda a: a.shape, params)
+  assert params['head']['kernel'].shape == (32, 4)
 
 
 def test_checkpoint_errors_name_the_tensor_or_file(tmp_path, monkeypatch):

@@ -305,7 +305,7 @@ def load_pretrained(params, directory):
   of the checkpoint in `directory` in place; Linear weights transposed ([out, in] -> flax's
   [in, out]). A missing or mis-shaped tensor is a UserError naming it, except the
   classification head (HEAD_TENSORS) which, absent, stays as initialised (said once).
-  Returns a new tree of numpy arrays; the input is not changed."""
+  Returns a new tree (the checkpoint's tensors as numpy arrays); the input is not changed."""
   tensors = read_tensors(directory)
   tree = params['base'] if 'base' in params else params
   flat = jax.tree_util.tree_flatten_with_path(tree)
@@ -318,7 +318,7 @@ def load_pretrained(params, directory):
       if not name.startswith(HEAD_TENSORS):
         raise UserError(f'--pretrained={directory}: the checkpoint has no tensor {name}')
       fresh.append(name)
-      leaves.append(np.asarray(value))
+      leaves.append(value)  # as initialised (a tracer under jax.eval_shape)
       continue
     array = tensors[key].T if transpose else tensors[key]
     if array.shape != tuple(value.shape):
