@@ -1,41 +1,138 @@
-"""Collects experiments/results/*/table.md into experiments/RESULTS.md.
+"""Builds experiments/RESULTS.md from the committed results in experiments/results/.
 
-    python experiments/collect_results.py [--notes=experiments/results/NOTES.md]
+    python experiments/collect_results.py            # rewrite experiments/RESULTS.md
+    python experiments/collect_results.py --check    # exit 1 if RESULTS.md differs
 
-The notes file (hand-written: how each ordering compares with the paper) is placed first;
-other hand-written sections (experiments/results/*.md) come after the preset tables.
+Each results directory experiments/results/<preset>-<tier>/ holds what one run of
+`experiments/presets.py <preset> --mode=<tier>` wrote (results.json: every method's chosen
+grid point, its statistics over the seeds and the per-seed values they come from; runs/: each
+method's config.json, runs.csv and metrics.csv, no checkpoints) and provenance.json (commit, command,
+wall time, machine, written by whoever ran it). The tables are made by the same code as the
+runner's (fedjax_drift/tables.py: selection, mean and 95% t-interval, paired differences to
+FedAvg and the paper's method), so RESULTS.md is a function of these files alone; a test
+(tests/test_collect_results.py) holds it to that.
 """
 import argparse
 import glob
+import json
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(ROOT))
+
+from fedjax_drift import tables  # noqa: E402
+
+RESULTS = os.path.join(ROOT, 'results')
+OUT = os.path.join(ROOT, 'RESULTS.md')
+PAPER_ORDER = ('FedADC', 'FedFOR', 'FedGKD', 'IGFL')  # sections in the papers' order
+
+HEAD = """# Results
+
+Every table below was produced by `experiments/presets.py` on the code of the commit it names,
+and this file is rebuilt from the committed raw results (`experiments/results/<preset>-<tier>/`)
+by `python experiments/collect_results.py`; a test checks that it is. Nothing here is carried
+over from earlier code: the tables of earlier sessions (the old short mode, run before this
+code's corrections) were removed, and stay in the git history.
+
+**Tier.** All tables here are of the `cpu` tier (`--mode=cpu`): each paper's methods,
+partition, clients per round, local work and full tuning grids, on the embedded 6,000-image
+Fashion-MNIST subset with logistic regression (a 2x200 MLP with BatchNorm where the paper's
+model has BatchNorm), at most 30 rounds, 3 seeds. They test the papers' *orderings* on a small
+problem, not their numbers: a linear model on Fashion-MNIST is far from a CNN or ResNet on
+CIFAR. The `short` and `full` tiers (the papers' data and models) are for accelerators and
+have not been run here (see `experiments/PRESETS.md` for their estimated cost).
+
+**How to read a table.** Each method's grid point is selected on a validation split (10% of
+each client's training examples) unless the table says "test"; the cells are test accuracy
+of the selected point: mean [95% t-interval] over the seeds, for final (last evaluation),
+best (best evaluation) and last-10% (mean of the evaluations in the last 10% of rounds). The
+preset's reported metric (named above each table) ranks the rows. Paired differences compare
+each method with FedAvg and with the paper's own method over the same seeds (same partition,
+validation split and initial model); "within noise" means the interval contains 0.
+
+**Wall times** were measured on a 2-core machine shared with other jobs (its load average is
+given), so they are upper bounds of what the tier takes on a quiet machine.
+"""
+
+
+def _load(directory):
+  with open(os.path.join(directory, 'results.json')) as f:
+    results = json.load(f)
+  prov = os.path.join(directory, 'provenance.json')
+  with open(prov) as f:
+    return results, json.load(f)
+
+
+def _order(item):
+  results, _ = item
+  paper = next((i for i, p in enumerate(PAPER_ORDER) if results['paper'].startswith(p)),
+               len(PAPER_ORDER))
+  return paper, results['preset']
+
+
+def section(directory, results, prov):
+  """One preset's section: what ran (tier, date, commit, command, wall time), then its tables."""
+  rel = os.path.relpath(directory, ROOT)
+  lines = [f'## `{results["preset"]}` ({results["mode"]} tier): {results["title"]}', '',
+           f'Paper: {results["paper"]}. Tier `{results["mode"]}`, run {results["date"]} on '
+           f'commit `{prov["commit"]}`. Command: `{prov["command"]}`. Reported metric: '
+           f'{tables.HEADERS.get(results["metric"], results["metric"])}. Wall time '
+           f'{prov["wall_s"] / 60:.1f} min on {prov["machine"]} (load average '
+           f'{prov["load_start"]} at the start, {prov["load_end"]} at the end; an upper bound). '
+           f'Raw results: [{rel}/]({rel}/).', '']
+  table = tables.markdown(results)
+  lines.append(table.split('\n', 1)[1].lstrip('\n'))  # the section title replaces its heading
+  plots = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, '*.png')))
+  if plots:
+    lines.append('Plots: ' + ', '.join(f'[{p}]({rel}/{p})' for p in plots) + '\n')
+  return '\n'.join(lines)
+
+
+def not_here(ran):
+  """The cpu tier's presets without a table here, one line each: left out, or not run."""
+  sys.path.insert(0, ROOT)
+  import presets  # pylint: disable=g-import-not-at-top
+  lines = []
+  for name in presets.PRESETS:
+    if name in ran:
+      continue
+    reasons = sorted({r for *_, rs in presets.plan(name, 'cpu') for r in rs})
+    live = presets.configs(name, 'cpu')
+    why = ('; '.join(reasons) if not live else
+           'not run yet (the session ran out of time; it runs with '
+           f'`python experiments/presets.py {name} --mode=cpu`)')
+    lines.append(f'- `{name}`: {why}')
+  return ('## Presets without a table here\n\n' + '\n'.join(lines) + '\n') if lines else ''
+
+
+def build():
+  """The text of RESULTS.md from experiments/results/*/results.json and provenance.json."""
+  found = [(_load(d), d) for d in sorted(glob.glob(os.path.join(RESULTS, '*')))
+           if os.path.exists(os.path.join(d, 'results.json'))]
+  found.sort(key=lambda x: _order(x[0]))
+  parts = [HEAD]
+  parts += [section(d, results, prov) for (results, prov), d in found]
+  parts.append(not_here({results['preset'] for (results, _), _ in found}))
+  return '\n'.join(parts)
 
 
 def main():
-  parser = argparse.ArgumentParser()
-  parser.add_argument('--notes', default=os.path.join(ROOT, 'results', 'NOTES.md'))
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--check', action='store_true',
+                      help='exit 1 if experiments/RESULTS.md is not what the results build')
   args = parser.parse_args()
-  parts = ['# Results\n',
-           'Tables produced by `experiments/presets.py` on this project\'s CI-class machine '
-           '(2 CPU cores, no GPU). Regenerate any of them with the command printed above it; '
-           'this file is rebuilt by `python experiments/collect_results.py`.\n']
-  if os.path.exists(args.notes):
-    parts.append(open(args.notes).read())
-  for path in sorted(glob.glob(os.path.join(ROOT, 'results', '*', 'table.md'))):
-    parts.append(open(path).read())
-    rel = os.path.relpath(os.path.dirname(path), ROOT)
-    plots = sorted(os.path.basename(p) for p in glob.glob(os.path.join(os.path.dirname(path),
-                                                                       '*.png')))
-    if plots:
-      parts.append('Plots: ' + ', '.join(f'[{p}]({rel}/{p})' for p in plots) + '\n')
-  for path in sorted(glob.glob(os.path.join(ROOT, 'results', '*.md'))):
-    if os.path.abspath(path) != os.path.abspath(args.notes):
-      parts.append(open(path).read())
-  with open(os.path.join(ROOT, 'RESULTS.md'), 'w') as f:
-    f.write('\n'.join(parts))
-  print(f'wrote {os.path.join(ROOT, "RESULTS.md")}')
+  text = build()
+  if args.check:
+    with open(OUT) as f:
+      same = f.read() == text
+    print('RESULTS.md is current' if same else 'RESULTS.md differs from the results: rebuild it')
+    return 0 if same else 1
+  with open(OUT, 'w') as f:
+    f.write(text)
+  print(f'wrote {OUT}')
+  return 0
 
 
 if __name__ == '__main__':
-  main()
+  sys.exit(main())

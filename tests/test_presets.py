@@ -220,7 +220,7 @@ def test_earlier_results_are_not_replaced_without_overwrite(tmp_path):
   with pytest.raises(fedjax_drift.UserError, match='--overwrite'):
     presets.check_out(str(tmp_path), overwrite=False)
   presets.check_out(str(tmp_path), overwrite=True)
-  committed = os.path.join(presets.COMMITTED, 'igfl-short')
+  committed = os.path.join(presets.COMMITTED, 'fedadc_shards-cpu')
   if os.path.exists(os.path.join(committed, 'results.json')):
     with pytest.raises(fedjax_drift.UserError, match='committed'):
       presets.check_out(committed, overwrite=False)

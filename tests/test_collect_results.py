@@ -1,0 +1,56 @@
+"""experiments/RESULTS.md is exactly what experiments/collect_results.py builds from the
+committed raw results (experiments/results/*/results.json and provenance.json), and each
+committed table's cells are the statistics of the per-seed values stored beside them."""
+import glob
+import json
+import math
+import os
+import sys
+
+import numpy as np
+from scipy.stats import t
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, 'experiments'))
+import collect_results  # noqa: E402
+
+
+def test_results_md_is_built_from_the_committed_results():
+  with open(collect_results.OUT) as f:
+    assert f.read() == collect_results.build(), 'run python experiments/collect_results.py'
+
+
+def _committed():
+  return sorted(glob.glob(os.path.join(collect_results.RESULTS, '*', 'results.json')))
+
+
+def test_every_committed_result_names_its_commit_command_and_tier():
+  assert _committed(), 'no committed results'
+  for path in _committed():
+    with open(path) as f:
+      results = json.load(f)
+    with open(os.path.join(os.path.dirname(path), 'provenance.json')) as f:
+      prov = json.load(f)
+    assert results['mode'] in ('cpu', 'short', 'full')
+    assert f'--mode={results["mode"]}' in prov['command'] and results['preset'] in prov['command']
+    assert len(prov['commit']) >= 7 and prov['wall_s'] > 0
+    assert not glob.glob(os.path.join(os.path.dirname(path), '**', 'checkpoints'),
+                         recursive=True)
+
+
+def test_cells_are_the_t_intervals_of_the_stored_per_seed_values():
+  """Every selected row's reported-metric interval, recomputed by hand (mean +- t(0.975,
+  n-1) s / sqrt(n)) from its per-seed values."""
+  for path in _committed():
+    with open(path) as f:
+      results = json.load(f)
+    metric = results['metric']
+    for rows in results['scenarios'].values():
+      for r in rows:
+        values = np.array(list(r['per_seed'][metric].values()), np.float64)
+        assert len(values) >= 3  # the cpu tier's seeds
+        half = t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
+        cell = r[metric]
+        assert abs(cell['mean'] - values.mean()) < 1e-9 and cell['n'] == len(values)
+        assert abs(cell['lo'] - (values.mean() - half)) < 1e-9
+        assert abs(cell['hi'] - (values.mean() + half)) < 1e-9
