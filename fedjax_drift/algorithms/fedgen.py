@@ -110,8 +110,9 @@ def label_weights(counts):
 
 def teacher_loss(head_fn, heads, z, y, weights, ensemble=False):
   """The generator's fit to the cohort's heads. heads: the K output layers stacked; weights
-  [C, K]. Default (the code): mean_b sum_k w[y_b, k] CE(g_k(z_b), y_b); ensemble=True:
-  mean_b CE(sum_k w[y_b, k] g_k(z_b), y_b)."""
+  [C, K]. Default: mean_b sum_k w[y_b, k] CE(g_k(z_b), y_b), the per-example weighting the
+  code intends (its [B] x [B, 1] product broadcasts to [B, B]: see docs/algorithms.md);
+  ensemble=True: mean_b CE(sum_k w[y_b, k] g_k(z_b), y_b)."""
   logits = jax.vmap(lambda h: head_fn(h, z))(heads)   # [K, B, C]
   w = weights[y].T                                      # [K, B]
   if ensemble:
