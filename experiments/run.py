@@ -129,6 +129,9 @@ def _outcome(fedjax_drift, interrupts, args, argv):
   except Exception as e:  # pylint: disable=broad-except
     if os.environ.get('FEDJAX_DRIFT_DEBUG'):
       raise
+    # A collective that failed because a peer died: the runtime names the peer in its own
+    # one line and ends this process (within distributed.PEER_BOUND_S) instead of this one.
+    fedjax_drift.distributed.await_peer_failure(e)
     first = (str(e).strip().splitlines() or [''])[0]
     sys.stderr.write(f'error: {type(e).__name__}: {first} (set FEDJAX_DRIFT_DEBUG=1 for the '
                      'traceback)\n')
@@ -173,6 +176,13 @@ def _main_exit_code():
     sys.stderr.write(f'error: {str(e) or "interrupted"}\n')
     code = 128 + getattr(e, 'signum', signal.SIGINT)
   _ignore_signals()
+  from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
+  if code == 1 and distributed.active():
+    # A failed process of a multi-process run: JAX's exit hook would wait for the others at
+    # a shutdown barrier they may never reach, then abort from C++; its line is written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
   if code in (128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP):
     # Interrupted: what the run owns is closed and its line written. Interpreter teardown
     # with XLA's threads cut mid-work can crash (SIGSEGV instead of the exit code): skip it.

@@ -32,6 +32,11 @@ LAUNCH_FLAGS = ('distributed', 'coordinator_address', 'num_processes', 'process_
 # a peer that stops answering is noticed within HEARTBEAT_S; leaving waits SHUTDOWN_S at most.
 INIT_TIMEOUT_S, HEARTBEAT_S, SHUTDOWN_S = 60, 30, 30
 AGREE_TIMEOUT_S = 60  # how long a process waits for the others' flags
+# A peer that dies mid-run: JAX's coordination service notices a dead worker after
+# HEARTBEAT_S without heartbeats (a dead process 0, the service itself, at once) and every
+# surviving process is then ended by JAX's runtime (SIGABRT), its standard error reduced to
+# one line naming the dead process by peerwatch.py. PEER_BOUND_S is the documented bound.
+PEER_BOUND_S = HEARTBEAT_S + 15
 _agreements = [0]     # calls of agree() in this process (a fresh key each time)
 
 
@@ -93,6 +98,7 @@ def setup(config, log=print):
   if not jax.distributed.is_initialized():
     if jax.config.jax_cpu_collectives_implementation in (None, '', 'none'):
       jax.config.update('jax_cpu_collectives_implementation', 'gloo')  # CPU all-reduce
+    watch_stderr(config.process_id)
     try:
       with _joined_within(INIT_TIMEOUT_S, config):
         jax.distributed.initialize(**_given(config), **_bounds())
@@ -134,6 +140,47 @@ def _joined_within(seconds, config):
     yield
   finally:
     timer.cancel()
+
+
+_watcher = []  # the peerwatch process of this process, once started
+
+
+def watch_stderr(process_id):
+  """Sends this process's standard error (file descriptor 2, so the C++ runtime's too)
+  through a peerwatch process (fedjax_drift/peerwatch.py), which turns the runtime's abort
+  after a peer died into one line naming that peer. Once per process."""
+  if _watcher:
+    return
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  read, write = os.pipe()
+  script = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'peerwatch.py')
+  _watcher.append(subprocess.Popen(  # its stderr: the one this process has now
+      [sys.executable, script, str(process_id), str(HEARTBEAT_S)], stdin=read,
+      stdout=subprocess.DEVNULL, close_fds=True))
+  os.close(read)
+  sys.stderr.flush()
+  os.dup2(write, 2)
+  os.close(write)
+
+
+def await_peer_failure(error, seconds=None):
+  """Called with an exception that ended a multi-process run on this process: when it may
+  come from a peer that died (a collective's transport failed), waits up to `seconds`
+  (default PEER_BOUND_S) for JAX's runtime to end this process, which it does once the
+  coordination service has noticed the dead peer; peerwatch then writes the one line naming
+  it, and this process's own error line is never written. Returns without waiting on one
+  process or for other errors."""
+  import time  # pylint: disable=g-import-not-at-top
+  if not active():
+    return
+  text = str(error)
+  if not any(k in text for k in ('Gloo', 'gloo', 'Connection reset', 'Connection closed',
+                                 'UNAVAILABLE', 'peer')):
+    return
+  deadline = time.monotonic() + (PEER_BOUND_S if seconds is None else seconds)
+  while time.monotonic() < deadline:
+    time.sleep(0.2)
 
 
 def _bounds() -> dict:

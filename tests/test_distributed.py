@@ -231,3 +231,124 @@ def test_a_missing_peer_ends_start_up_within_the_bound(tiny_npz, unequal_partiti
   lines = result.stderr.strip().splitlines()
   assert result.returncode == 2 and len(lines) == 1 and 'joined' in lines[0], result.stderr
   assert distributed.INIT_TIMEOUT_S <= took <= distributed.INIT_TIMEOUT_S + 60
+
+
+# What JAX 0.10's runtime writes on a survivor when its peer dies (abridged from real runs).
+WORKER_DIED = (
+    b'E1123 23:07:17.671510   29318 coordination_service.cc:1549] [59579] Use error polling to '
+    b'propagate the following error to all tasks: UNAVAILABLE: The following tasks are '
+    b'unhealthy (stopped sending heartbeats):\n1\nThe tasks have crashed. Check the task logs.\n'
+    b'F1123 23:07:17.672281   29293 client.h:80] Terminating process because the JAX '
+    b'distributed service detected fatal errors.\n*** Check failure stack trace: ***\n'
+    b'    @     0x7f5ea6020634  absl::log_internal::LogMessage::SendToLog()\n')
+COORDINATOR_DIED = (
+    b'E1123 23:08:14.214849   29822 coordination_service_agent.cc:289] Polled an error from '
+    b'coordination service (this can be an error from this or another task).\n'
+    b'F1123 23:08:14.215052   29822 client.h:80] Terminating process because the JAX '
+    b'distributed service detected fatal errors. absl::Status: UNAVAILABLE: Failed to send RPC '
+    b'to coordination service. Either the leader task was preempted/died/restarted.\n'
+    b'*** Check failure stack trace: ***\n    @     0x7f5ea6020634  (unknown)\n')
+
+
+def _watched(data, me):
+  """peerwatch.watch over `data` (as the run's stderr); returns (what it wrote, its line)."""
+  import io  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import peerwatch  # pylint: disable=g-import-not-at-top
+  read, write = os.pipe()
+  os.write(write, data)
+  os.close(write)
+  sink = io.BytesIO()
+  with os.fdopen(read, 'rb') as source:
+    found = peerwatch.watch(source, sink, me, 30)
+  return sink.getvalue().decode(), found
+
+
+def test_peerwatch_turns_the_runtime_abort_into_one_line():
+  out, found = _watched(b'warning: something of ours\n' + WORKER_DIED, me=0)
+  assert out.splitlines() == ['warning: something of ours', found]
+  assert found.startswith('error: process 1 of this multi-process run stopped')
+  assert 'process 0 ended too' in found
+  out, found = _watched(b'\rround 3/9\rround 4/9' + COORDINATOR_DIED, me=1)
+  assert out == '\rround 3/9\rround 4/9' + found + '\n'
+  assert 'process 0 of this multi-process run (the coordinator)' in found
+  # The run's own error line says what happened: the runtime's lines are not added to it.
+  out, _ = _watched(b'E1123 23:07:17.671510 29318 x.cc:1] joined late\nerror: one line\n', 0)
+  assert out == 'error: one line\n'
+  # Nothing fatal and no error of ours: the runtime's lines are kept, written at the end.
+  runtime = b'W1123 23:07:17.671510   29318 x.cc:1] a warning\nits second line\n'
+  out, found = _watched(runtime + b'warning: ours\n', 0)
+  assert out == 'warning: ours\n' + runtime.decode() and found == ''
+
+
+def _pair_killed(tiny_npz, parts, out, victim):
+  """Two command-line processes of one long run; SIGKILL `victim` after a few evaluations.
+  Returns the survivor's (returncode, stderr, seconds from the kill to its end)."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
+  port = str(_free_port())
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  common = [f'--dataset=npz:{tiny_npz}', f'--partition=file:{parts}', '--model=logreg',
+            '--num_clients=4', '--clients_per_round=4', '--rounds=100000', '--eval_every=1',
+            '--checkpoint_every=1000000', '--progress=false', f'--out={out}',
+            f'--coordinator_address=localhost:{port}', '--num_processes=2']
+  procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, 'experiments', 'run.py'),
+                             *common, f'--process_id={i}'], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env=env) for i in range(2)]
+  try:
+    metrics, deadline = out / 'metrics.csv', time.time() + 300
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) > 4):
+      assert time.time() < deadline and all(p.poll() is None for p in procs), 'no rounds ran'
+      time.sleep(0.1)
+    procs[victim].send_signal(signal.SIGKILL)
+    killed = time.time()
+    survivor = procs[1 - victim]
+    _, err = survivor.communicate(timeout=distributed.PEER_BOUND_S + 60)
+    return survivor.returncode, err.decode(), time.time() - killed
+  finally:
+    for p in procs:  # only ours, by handle
+      if p.poll() is None:
+        p.kill()
+      p.communicate()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('victim', [1, 0])
+def test_a_peer_killed_mid_run_ends_the_other_with_one_line(tiny_npz, unequal_partition,
+                                                             tmp_path, victim):
+  """SIGKILL of a worker (1: noticed after the heartbeat timeout) or of the coordinator (0:
+  at once): the survivor ends non-zero within distributed.PEER_BOUND_S, its standard error
+  one line naming the dead process, no stack trace."""
+  from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
+  code, err, took = _pair_killed(tiny_npz, unequal_partition, tmp_path / 'run', victim)
+  lines = err.strip().splitlines()
+  assert code != 0 and len(lines) == 1, err[-3000:]
+  assert f'error: process {victim} of this multi-process run' in lines[0], lines
+  assert took <= distributed.PEER_BOUND_S, took
+
+
+@pytest.mark.slow
+def test_a_duplicate_process_id_ends_both_with_one_line(tiny_npz, unequal_partition, tmp_path):
+  """Both processes given --process_id=0: each ends within the start-up bound, one line."""
+  from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
+  results = _cli_pair(tiny_npz, unequal_partition, tmp_path / 'run',
+                      ((), ('--process_id=0',)), timeout=distributed.INIT_TIMEOUT_S + 120)
+  for code, err, took in results:
+    lines = err.strip().splitlines()
+    assert code != 0 and len(lines) == 1 and lines[0].startswith('error: '), err[-3000:]
+    assert took <= distributed.INIT_TIMEOUT_S + 30, took
+
+
+def test_peerwatch_reduces_any_runtime_abort_to_one_line():
+  """A fatal end that names no dead peer (here a task whose registration was cancelled, as
+  with two processes given one --process_id) is one line with the runtime's status."""
+  text = (b'W1123 23:16:50.632170    4048 coordination_service.cc:388] [1480] '
+          b'ConnectAfterBarrierPasses: CANCELLED: /RegisterTask\n'
+          b'F1123 23:16:50.632300    4048 client.h:80] Terminating process because the JAX '
+          b'distributed service detected fatal errors. absl::Status: CANCELLED: RegisterTask\n'
+          b'*** Check failure stack trace: ***\n    @     0x7f291c9040ee  Connect()\n')
+  out, found = _watched(text, me=0)
+  assert out == found + '\n' and len(out.splitlines()) == 1
+  assert found == ("error: JAX's distributed runtime ended process 0 (a duplicate "
+                   '--process_id?): CANCELLED: RegisterTask')
