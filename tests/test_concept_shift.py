@@ -202,6 +202,7 @@ def _stop_after(round_, monkeypatch):
   monkeypatch.setattr(simulation, '_record', record)
 
 
+@pytest.mark.slow
 def test_tiny_run_records_its_shifts_and_resume_replays_them(tiny_npz, unequal_partition,
                                                               tmp_path, monkeypatch):
   """A real run with exactly 2 swaps in 6 rounds: summary.json, shifts.csv and rounds.csv
@@ -257,3 +258,25 @@ def test_shift_count_must_fit_the_rounds():
   with pytest.raises(UserError, match='--concept_shift_count=5 must be in 0..4'):
     fedjax_drift.Config(scenario='concept_shift', concept_shift_count=5, rounds=5).validate()
   fedjax_drift.Config(scenario='concept_shift', concept_shift_count=4, rounds=5).validate()
+
+
+@pytest.mark.slow
+def test_a_sweep_draws_each_seeds_shifts_as_its_single_run(tiny_npz, unequal_partition,
+                                                           tmp_path):
+  """Two seeds in one program: each run's shifts (drawn at init from its own key) are those
+  of the single run with that seed, and shifts.csv holds both runs' rows."""
+  import fedjax_drift  # pylint: disable=g-import-not-at-top
+  from helpers import tiny_config  # pylint: disable=g-import-not-at-top
+  kw = dict(scenario='concept_shift', concept_shift_count=3, rounds=6)
+  sweep = fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, seeds=2,
+                                       out=str(tmp_path / 'sweep'), **kw), log=lambda *_: None)
+  for run in sweep['runs']:
+    single = fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, seed=run['seed'],
+                                          out=str(tmp_path / f'seed{run["seed"]}'), **kw),
+                              log=lambda *_: None)
+    assert run['concept_shifts'] == single['concept_shifts']
+    assert len(run['concept_shifts']) == 3
+  rows = _csv(tmp_path / 'sweep' / 'shifts.csv')
+  assert [(int(r['run']), int(r['round'])) for r in rows] == \
+      [(run['run'], s['round']) for run in sweep['runs'] for s in run['concept_shifts']]
+  assert sweep['runs'][0]['concept_shifts'] != sweep['runs'][1]['concept_shifts']
