@@ -89,3 +89,24 @@ def test_fedgkd_text_sweep_resumes_bit_identically(text_npz, tmp_path):
   whole, cut = (_rows(tmp_path / d / 'metrics.csv') for d in ('whole', 'cut'))
   key = lambda rows: [(r['run'], r['round'], r['test_loss'], r['test_accuracy']) for r in rows]
   assert len(whole) == 6 and key(cut) == key(whole)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('algo', ['fedgkd', 'moon'])
+def test_pretrained_distilbert_trains_a_round(text_npz, tmp_path, algo):
+  """--pretrained: the checkpoint is round 0's model (with MOON under the projection head's
+  'base'), and a round of local Adam moves it."""
+  from test_text_models import write_tiny_distilbert  # pylint: disable=g-import-not-at-top
+  folder = write_tiny_distilbert(str(tmp_path / 'ckpt'))
+  out = tmp_path / algo
+  fedjax_drift.run(_config(text_npz, out, algo=algo, model='distilbert', pretrained=folder,
+                           rounds=1, lr=1e-3, save_params=str(tmp_path / 'p.npz')), **QUIET)
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  word = load_file(f'{folder}/model.safetensors')['distilbert.embeddings.word_embeddings.weight']
+  with np.load(tmp_path / 'p.npz') as f:
+    key = [n for n in f.files if n.endswith('word_embeddings/embedding')][0]
+    trained = f[key][0]  # run axis
+  assert trained.shape == word.shape and not np.array_equal(trained, word)
+  assert np.abs(trained - word).max() < 0.1  # started from the checkpoint, moved by Adam
+  losses = [float(r['test_loss']) for r in _rows(out / 'metrics.csv')]
+  assert np.all(np.isfinite(losses)) and losses[1] != losses[0]
