@@ -94,7 +94,7 @@ def _files_under(directory):
 
 def input_files(config) -> list:
   """[(flag, absolute path)] of every file the run reads: dataset files, partition file,
-  --init_params."""
+  --init_params, --tokenizer's and --pretrained's files."""
   flag = '--data_dir' if config.data_dir and not config.dataset.startswith('npz:') \
       else '--dataset'
   files = [(flag, p) for p in _dataset_files(config.dataset, config.data_dir)]
@@ -105,6 +105,9 @@ def input_files(config) -> list:
   if getattr(config, 'tokenizer', 'auto') not in ('', 'auto'):  # text: the tokenizer's files
     tok = config.tokenizer
     files += [('--tokenizer', p) for p in (_files_under(tok) if os.path.isdir(tok) else [tok])]
+  if getattr(config, 'pretrained', ''):  # the checkpoint's config, weights and tokenizer
+    from fedjax_drift.models import text  # pylint: disable=g-import-not-at-top
+    files += [('--pretrained', p) for p in text.checkpoint_files(config.pretrained)]
   return [(flag, os.path.abspath(p)) for flag, p in files]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+import fedjax_drift
 from fedjax_drift import models
 from fedjax_drift.errors import UserError
 from fedjax_drift.models import text
@@ -159,6 +160,15 @@ def test_base_checkpoint_without_torch_traces_and_loads(tmp_path):
   params = model.init(jax.random.key(0))
   assert jax.tree.map(lambda a: a.shape, shapes) == jax.tree.map(lambda a: a.shape, params)
   assert params['head']['kernel'].shape == (32, 4)
+
+
+def test_resume_fingerprints_the_checkpoint_files_it_reads(tmp_path):
+  from fedjax_drift import inputs  # pylint: disable=g-import-not-at-top
+  folder = write_tiny_distilbert(str(tmp_path / 'ckpt'))
+  (tmp_path / 'ckpt' / 'flax_model.msgpack').write_bytes(b'not read by this project')
+  config = fedjax_drift.Config(dataset='embedded', model='distilbert', pretrained=folder)
+  read = {os.path.basename(p) for flag, p in inputs.input_files(config) if flag == '--pretrained'}
+  assert read == {'config.json', 'model.safetensors', 'vocab.txt'}
 
 
 def test_checkpoint_errors_name_the_tensor_or_file(tmp_path, monkeypatch):

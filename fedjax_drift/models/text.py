@@ -269,6 +269,20 @@ def checkpoint_name(name, tensors):
   return None
 
 
+# The tokenizer files a checkpoint folder may hold (data/text.py reads them with --tokenizer=auto).
+TOKENIZER_FILES = ('tokenizer.json', 'vocab.txt', 'tokenizer_config.json')
+
+
+def checkpoint_files(directory):
+  """The files of a --pretrained folder that a run reads: config.json, the weights it loads
+  (model.safetensors, else pytorch_model.bin) and the tokenizer's files; those that exist.
+  (--resume fingerprints them: a changed checkpoint is refused.)"""
+  weights = [f for f in ('model.safetensors', 'pytorch_model.bin')
+             if os.path.isfile(os.path.join(directory, f))][:1]
+  names = ('config.json',) + tuple(weights) + TOKENIZER_FILES
+  return [os.path.join(directory, n) for n in names if os.path.isfile(os.path.join(directory, n))]
+
+
 @functools.lru_cache(maxsize=2)
 def read_tensors(directory):
   """{tensor name: float32 numpy array} of DIR/model.safetensors (read with safetensors'
