@@ -14,6 +14,10 @@ then gathers and scatters the cohort's rows across processes (XLA partitions it)
 
 Process 0 writes the run directory (`is_writer`); every process runs the loop and takes part
 in checkpoints (orbax writes each process's rows). The engine knows nothing of this.
+
+Failing fast: the processes compare their flags (`agree`); start-up ends after
+INIT_TIMEOUT_S when a peer never joins (`_joined_within`); a peer that dies mid-run ends the
+others within PEER_BOUND_S, each with one line from peerwatch.py (`watch_stderr`).
 """
 import contextlib
 import dataclasses

@@ -205,10 +205,12 @@ def test_processes_with_different_flags_refuse_on_every_process(tiny_npz, unequa
   nothing is trained."""
   out = tmp_path / 'run'
   flag = flag.replace('OTHER', str(tmp_path / 'other'))
-  for code, err, _ in _cli_pair(tiny_npz, unequal_partition, out, ((), (flag,))):
+  from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
+  for code, err, took in _cli_pair(tiny_npz, unequal_partition, out, ((), (flag,))):
     lines = err.strip().splitlines()
     name = flag.split('=')[0]
     assert code == 2 and len(lines) == 1 and f'{name} differs between processes' in lines[0], err
+    assert took <= distributed.INIT_TIMEOUT_S + distributed.AGREE_TIMEOUT_S, took
   assert not (out / 'summary.json').exists()
 
 
