@@ -32,12 +32,15 @@ from fedjax_drift.errors import UserError
 
 MARKER = '.fedjax-drift.json'
 MARKER_FORMAT = 1
-OWN_FILES = ('config.json', 'summary.json', 'metrics.csv', 'rounds.csv', 'runs.csv',
-             'personalization.csv')
+_BEFORE_RECORDS = ('config.json', 'summary.json', 'metrics.csv', 'rounds.csv', 'runs.csv',
+                   'personalization.csv')
+# The files a run writes at its top level (an input or --save_params may not take these names).
+OWN_FILES = _BEFORE_RECORDS + ('shifts.csv', 'client_acc.csv', 'features.npz', 'attention.npz',
+                               'attention.csv')
 OWN_DIRS = ('checkpoints', 'tensorboard')
 # What a fedjax-drift from before the record wrote: adopted once, by `adopt`, when such a run
 # (its config.json proves it) is resumed. Never used to decide what a marked run owns.
-LEGACY_NAMES = OWN_FILES + OWN_DIRS + ('accuracy.png', 'drift.png', 'partition.png')
+LEGACY_NAMES = _BEFORE_RECORDS + OWN_DIRS + ('accuracy.png', 'drift.png', 'partition.png')
 # Keys every config.json this tool writes has; a directory without them is not our run.
 RUN_KEYS = ('algo', 'model', 'dataset', 'partition', 'rounds', 'seed', '_resolved')
 # Longest path the tool (orbax included) creates below the run directory, with margin:

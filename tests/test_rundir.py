@@ -321,3 +321,12 @@ def test_record_rejects_a_foreign_or_damaged_marker(tmp_path):
   with pytest.raises(UserError, match='cannot read the run record'):
     rundir.plan_clear(str(tmp_path), 'yes')
   assert (tmp_path / 'notes.txt').exists()
+
+
+@pytest.mark.parametrize('name', ['shifts.csv', 'client_acc.csv', 'features.npz',
+                                  'attention.npz', 'attention.csv', 'metrics.csv'])
+def test_save_params_never_takes_the_name_of_a_file_the_run_writes(tmp_path, name):
+  """The concept-shift and diagnostics files are the run's own too (rundir.OWN_FILES)."""
+  run_dir = tmp_path / 'run'
+  with pytest.raises(UserError, match=f"would replace the run's own {name}"):
+    rundir.check_save_params(str(run_dir / name), str(run_dir))
