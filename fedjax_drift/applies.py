@@ -139,6 +139,8 @@ def reads(config) -> set:
       out.update(fields)
   for flag, (when_set, replaced) in WHEN_SET.items():
     out.update(when_set if getattr(config, flag) else replaced)
+  if config.val_source == 'dataset':  # the dataset's own split needs no --val_fraction
+    out.add('val_source')
   if config.concept_shift_count:  # an exact count of shifts replaces the per-round chance
     out.discard('concept_shift_prob')
   for key, fields in DATASET_READS.items():

@@ -90,7 +90,10 @@ class Config:
   val_source: str = _f('clients', 'where --val_fraction comes from: clients = that share of '
                        'each client\'s training examples (each client\'s own train/validation '
                        'split), server = a slice of the pooled training set held out before '
-                       'partitioning', ('clients', 'server'), group='data')
+                       'partitioning; dataset = the dataset\'s own validation split (SST-5\'s '
+                       'dev.txt, a text: or npz: validation split), scored like server\'s, '
+                       'with --val_fraction=0 and every training example kept',
+                       ('clients', 'server', 'dataset'), group='data')
   cohort_sampler: str = _f('uniform', 'cohort sampling; cover_classes requires the cohort\'s '
                            'labels to cover every class', ('uniform', 'cover_classes'),
                            group='server')
@@ -319,9 +322,10 @@ class Config:
                           'std and worst per-client accuracy (metrics.csv client_*)',
                           ('auto', 'global', 'fedbn', 'local'), group='output')
   select_on: str = _f('auto', 'how a --grid sweep picks its point (summary.json selected): '
-                      'by the validation split\'s accuracy (needs --val_fraction), or by the '
-                      'test accuracy, as several papers did; auto = validation when '
-                      '--val_fraction > 0, else test', ('auto', 'validation', 'test'),
+                      'by the validation split\'s accuracy (needs --val_fraction or '
+                      '--val_source=dataset), or by the test accuracy, as several papers '
+                      'did; auto = validation when the run has a validation split, else test',
+                      ('auto', 'validation', 'test'),
                       group='output')
   target_accuracy: float = _f(0.7, 'report the first round reaching this test accuracy',
                               group='output')
@@ -507,9 +511,17 @@ class Config:
     if not (math.isfinite(self.val_fraction) and 0 <= self.val_fraction < 1):
       raise UserError(f'--val_fraction={self.val_fraction} must be in [0, 1) (0 = no '
                       'validation split)')
-    if self.select_on == 'validation' and not self.val_fraction:
+    if self.val_source == 'dataset' and self.val_fraction:
+      raise UserError(f'--val_source=dataset uses the dataset\'s own validation split, so '
+                      f'--val_fraction={self.val_fraction:g} would carve a second one; give '
+                      '--val_fraction=0 or another --val_source')
+    if self.select_on == 'validation' and not self.has_validation:
       raise UserError('--select_on=validation needs a validation split: give --val_fraction '
-                      '(e.g. 0.1), or --select_on=test')
+                      '(e.g. 0.1) or --val_source=dataset, or --select_on=test')
+    if self.val_source == 'dataset' and self.scenario == 'longtail_stateless':
+      raise UserError('--val_source=dataset: --scenario=longtail_stateless draws clients from '
+                      'every example on the device, the validation split\'s too; use '
+                      '--val_source=clients with --val_fraction=0 (and --select_on=test)')
     if self.val_fraction and self.scenario == 'longtail_stateless':
       raise UserError('--val_fraction: --scenario=longtail_stateless draws every client from '
                       'the whole training set, so no validation split can be held out of it; '
@@ -519,11 +531,17 @@ class Config:
                       'examples by index, so none can be held out before it; use '
                       '--val_source=clients')
 
+  @property
+  def has_validation(self) -> bool:
+    """Whether runs score a validation split: one carved by --val_fraction, or the dataset's
+    own (--val_source=dataset)."""
+    return bool(self.val_fraction) or self.val_source == 'dataset'
+
   def resolved_select_on(self) -> str:
     """'validation' or 'test': what --select_on=auto stands for."""
     if self.select_on != 'auto':
       return self.select_on
-    return 'validation' if self.val_fraction else 'test'
+    return 'validation' if self.has_validation else 'test'
 
   def _validate_lr_schedule(self):
     """--lr_schedule and the flags of its kind (schedules.py)."""

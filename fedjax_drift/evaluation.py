@@ -17,8 +17,9 @@ auto:   fedbn when the algorithm keeps BatchNorm local (--algo=fedbn or --local_
 With domain ids in the test set, both protocols also give one accuracy per domain
 (metrics.csv's acc_domain_<name> columns).
 
-Validation (--val_fraction): every evaluation also scores the run's validation split
-(study.Validation: training examples no client trains on) under the same protocol: the global
+Validation (--val_fraction, or --val_source=dataset): every evaluation also scores the run's
+validation split (study.Validation: rows of the shared training array no client trains on;
+the dataset's own split is appended after the training examples) under the same protocol: the global
 model on all of them (loss and accuracy pooled), or with fedbn each client's own model on the
 examples carved from its data, accuracy the mean over domains. metrics.csv's val_accuracy and
 val_loss; a sweep or preset may pick its grid point by them (--select_on).
@@ -101,15 +102,17 @@ def test_owner(test_parts, num_test) -> np.ndarray:
 def check_validation(config):
   """Refuses a validation split the protocol cannot score (one line naming the flag)."""
   protocol = resolve(config)
-  if config.val_fraction and config.val_source == 'server' and protocol in ('fedbn', 'local'):
-    raise UserError(f'--val_source=server: --eval_protocol={protocol} tests each client\'s own '
-                    'model on its own data, and a server split has no client; use '
-                    '--val_source=clients')
+  server = config.val_source == 'dataset' or (config.val_fraction and
+                                               config.val_source == 'server')
+  if server and protocol in ('fedbn', 'local'):
+    raise UserError(f'--val_source={config.val_source}: --eval_protocol={protocol} tests each '
+                    'client\'s own model on its own data, and a server split has no client; '
+                    'use --val_source=clients')
 
 
 class Evaluator(NamedTuple):
   """evaluate(state, inputs) -> {'loss': [R], 'accuracy': [R], 'domain_accuracy': [R, D]
-  (only with domains), 'val_loss', 'val_accuracy': [R] (only with --val_fraction)};
+  (only with domains), 'val_loss', 'val_accuracy': [R] (only with a validation split)};
   `inputs` is what it reads besides the state (test and validation arrays)."""
   protocol: str
   columns: list   # acc_domain_* names, in the order of domain_accuracy's last axis
@@ -119,7 +122,7 @@ class Evaluator(NamedTuple):
 
 def make(study) -> Evaluator:
   """The jitted evaluation of every run of a study (study.Study) under its protocol, on the
-  test set and (--val_fraction) on each run's validation split. Inputs are normalised as
+  test set and (config.has_validation) on each run's validation split. Inputs are normalised as
   training batches are (the pipeline's norm), never augmented."""
   test = _with_client_columns(study, _make_test(study))
   if study.experiments[0].validation is None:
@@ -136,7 +139,7 @@ def make(study) -> Evaluator:
 
 def _make_validation(study, protocol):
   """(state, inputs) -> {'val_loss', 'val_accuracy'} for every run, and its inputs: each
-  run's validation indices into the training examples already on the device (study.data.x),
+  run's validation indices into the examples already on the device (study.data.x and .y),
   gathered batch by batch, padded to the longest split with owner -1 (left out)."""
   cfg, exp = study.config, study.experiments[0]
   ds, norm = exp.dataset, exp.pipeline.norm if exp.pipeline is not None else None
@@ -166,7 +169,7 @@ def _make_validation(study, protocol):
     return {'val_loss': out['loss'], 'val_accuracy': out['accuracy']}
 
   inputs = {'source': study.data.x, 'index': jnp.asarray(index, jnp.int32),
-            'y': jnp.asarray(np.asarray(ds.y_train)[index], jnp.int32),
+            'y': jnp.asarray(np.asarray(study.data.y)[index], jnp.int32),
             'domain': jnp.asarray(domain, jnp.int32), 'owner': jnp.asarray(owner, jnp.int32)}
   return jax.jit(all_runs), inputs
 
@@ -185,7 +188,7 @@ def _make_local_validation(study):
   width = max(1, max(len(p) for run in per_client for p in run))
   index = np.stack([[np.pad(p, (0, width - len(p))) for p in run] for run in per_client])
   count = np.array([[len(p) for p in run] for run in per_client], np.int32)
-  y_train = np.asarray(ds.y_train)
+  y_train = np.asarray(study.data.y)  # labels of the rows on the device
 
   def one_client(args, source):
     params, rows, y, n = args

@@ -613,12 +613,12 @@ def _run_summary(study, prog, spec):
     rnd, client = prog.diverged[spec.index]
     keys = ('final_accuracy', 'final_loss', 'best_accuracy', 'mean_best_accuracy',
             'last10_mean_accuracy', 'rounds_to_target')
-    keys += stats.VALIDATION_KEYS if cfg.val_fraction else ()
+    keys += stats.VALIDATION_KEYS if cfg.has_validation else ()
     return {**base, 'status': 'diverged', 'diverged_round': rnd, 'diverged_client': client,
             **{k: None for k in keys}}
   summary = metrics.summarize([r['round'] for r in rows], [r['test_accuracy'] for r in rows],
                               [r['test_loss'] for r in rows], cfg.rounds, cfg.target_accuracy)
-  if cfg.val_fraction:  # runs.csv gains the validation curve's metrics
+  if cfg.has_validation:  # runs.csv gains the validation curve's metrics
     summary.update(stats.validation_summary([r['round'] for r in rows],
                                             [r['test_accuracy'] for r in rows],
                                             [r['val_accuracy'] for r in rows], cfg.rounds))
@@ -695,7 +695,7 @@ def _grid_summaries(study, per_run):
     stats = {'grid_point': point, 'seeds': len(mine),
              'diverged': len(mine) - len(ok)}
     keys = ('final_accuracy', 'best_accuracy', 'last10_mean_accuracy', 'mean_best_accuracy')
-    for key in keys + (_VALIDATION_KEYS if study.config.val_fraction else ()):
+    for key in keys + (_VALIDATION_KEYS if study.config.has_validation else ()):
       stats[key] = _seed_stats([r[key] for r in ok])
     reached = [r['rounds_to_target'] for r in ok if r['rounds_to_target'] is not None]
     stats['rounds_to_target'] = {'reached': f'{len(reached)}/{len(mine)}',

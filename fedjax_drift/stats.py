@@ -92,15 +92,30 @@ def fmt_difference(diff, digits=4) -> str:
   return text + (', within noise' if diff['within_noise'] else '')
 
 
-def selection_label(select_on, val_fraction=0.0, val_source='clients', metric='') -> str:
-  """One sentence saying how grid points were chosen and what is reported."""
+# What a dataset's own validation split is (--val_source=dataset), for tables' labels.
+OWN_SPLITS = {'sst5': 'SST-5\'s official dev split, trees/dev.txt'}
+
+
+def own_split_name(dataset) -> str:
+  """The words naming `dataset`'s own validation split in a selection label."""
+  return OWN_SPLITS.get(dataset, f'{dataset}\'s validation split')
+
+
+def selection_label(select_on, val_fraction=0.0, val_source='clients', metric='',
+                    dataset_split='') -> str:
+  """One sentence saying how grid points were chosen and what is reported; dataset_split
+  names the dataset's own split with val_source='dataset' (e.g. "SST-5's dev.txt")."""
   what = f' {METRICS.get(metric, metric)}' if metric else ''
   if select_on == 'validation':
     source = ('of each client\'s training examples' if val_source == 'clients'
               else 'of the pooled training examples, held out before partitioning')
+    split = (f'the dataset\'s own validation split ({dataset_split or "its dev split"}, '
+             'apart from the training examples, the same for every method'
+             if val_source == 'dataset' else
+             f'a validation split ({val_fraction:g} {source}, the same for every method at a '
+             'seed')
     return (f'Selection on validation: each method\'s grid point has the best mean{what} on '
-            f'a validation split ({val_fraction:g} {source}, the same for every method at a '
-            'seed); the table reports the test accuracy of that point.')
+            f'{split}); the table reports the test accuracy of that point.')
   return (f'Selection on test (the papers\' protocol): each method\'s grid point has the best '
           f'mean test{what}, and the table reports that same test accuracy, so it includes '
           'the selection\'s own noise (more so for bigger grids).')

@@ -56,13 +56,14 @@ class Experiment(NamedTuple):
   server_data: Any           # FedGKD-Vote's validation split, or None
   scenario: Any              # data/scenarios.Scenario
   pipeline: Any = None       # data/pipeline.Pipeline: augmentation, normalisation, dropout
-  validation: Any = None     # Validation (--val_fraction), or None
+  validation: Any = None     # Validation (config.has_validation), or None
 
 
 class Validation(NamedTuple):
-  """A run's validation split (--val_fraction): examples of the training set no client
-  trains on."""
-  index: np.ndarray  # int64 [M]: indices into dataset.x_train, sorted by owner then index
+  """A run's validation split: examples no client trains on, carved from the training set
+  (--val_fraction) or the dataset's own (--val_source=dataset: rows n_train.. of the shared
+  array, after dataset.x_train)."""
+  index: np.ndarray  # int64 [M]: rows of the shared training array, sorted by owner then index
   owner: np.ndarray  # int32 [M]: the client each example was carved from; -1 = the server's
 
 
@@ -108,8 +109,9 @@ def plan(config: Config) -> list:
 
 class _Shared(NamedTuple):
   dataset: sources.Dataset
-  x: jax.Array   # the training examples on the device, once for every run
+  x: jax.Array   # the training examples on the device, once for every run (then x_val's)
   norm: Any = None  # data/pipeline.Normalization (--normalize*), computed once, or None
+  y: np.ndarray = None  # labels of x's rows: y_train (then y_val)
 
 
 def _load(config) -> _Shared:
@@ -120,8 +122,23 @@ def _load(config) -> _Shared:
                          **sources.load_options(config))
   _check_structure(config, dataset)
   input_pipeline.check(config, dataset.x_train)
-  return _Shared(dataset, jnp.asarray(dataset.x_train),
-                 input_pipeline.normalization(config, dataset.x_train))
+  x, y = _with_own_validation(config, dataset)
+  return _Shared(dataset, jnp.asarray(x),
+                 input_pipeline.normalization(config, dataset.x_train), y)
+
+
+def _with_own_validation(config, dataset):
+  """(x, y) of the shared array: the training examples, then with --val_source=dataset the
+  dataset's own validation split (partitions index only the first n_train rows, so no client
+  trains on it, and evaluation gathers it like a carved split)."""
+  if config.val_source != 'dataset':
+    return dataset.x_train, dataset.y_train
+  if dataset.x_val is None:
+    raise UserError(f'--val_source=dataset: --dataset={config.dataset} has no validation '
+                    'split of its own (sst5 with dev.txt, text: with a validation file, or an '
+                    'npz with x_val and y_val); use --val_fraction with --val_source=clients')
+  return (np.concatenate([dataset.x_train, dataset.x_val]),
+          np.concatenate([dataset.y_train, dataset.y_val]))
 
 
 def _check_structure(config, dataset):
@@ -199,7 +216,7 @@ def _partition(config, shared):
     # From the clients' whole parts, so the test split does not depend on --val_fraction.
     test_parts = partitions.partition_like(parts, ds.y_train, ds.y_test, config.seed,
                                            ds.num_classes)
-  parts, validation = _carve_validation(config, parts, server_val)
+  parts, validation = _carve_validation(config, parts, server_val, ds)
   if config.clients_per_round > len(parts):
     raise UserError(f'--clients_per_round={config.clients_per_round} exceeds the '
                     f'{len(parts)} clients of --partition={config.partition}')
@@ -208,7 +225,10 @@ def _partition(config, shared):
   return parts, test_parts, server_data, validation
 
 
-def _carve_validation(config, parts, server_val):
+def _carve_validation(config, parts, server_val, dataset):
+  if config.val_source == 'dataset':  # the server's: rows after the training examples
+    n, m = len(dataset.y_train), len(dataset.y_val)
+    return parts, Validation(np.arange(n, n + m), np.full(m, -1, np.int32))
   """(the parts clients train on, Validation or None) for --val_fraction/--val_source."""
   if not config.val_fraction:
     return parts, None
@@ -257,7 +277,7 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
     counts = np.array([scenario.max_examples])
   max_local_steps = engine.max_steps(counts, schedule)
   chunk, strategy = _parallelism(config, model)
-  data = federated.build(shared.x, ds.y_train, train_parts, ds.num_classes)
+  data = federated.build(shared.x, shared.y, train_parts, ds.num_classes)
   run_key = jax.random.key(config.seed)
   params = model.init(jax.random.fold_in(run_key, 0))
   if config.init_params:  # the same key use as without: only the starting point differs
@@ -323,7 +343,7 @@ def device_bytes(runs, shared, width, shapes=None) -> int:
   (Study keeps both until distributed.place drops the runs' own)."""
   state, tables = shapes or state_shapes(runs, shared)
   ds = shared.dataset
-  data = sum(int(np.asarray(a).nbytes) for a in (ds.y_train, ds.x_test, ds.y_test))
+  data = sum(int(np.asarray(a).nbytes) for a in (shared.y, ds.x_test, ds.y_test))
   padded = len(runs) + (-len(runs) % width)
   return int(shared.x.nbytes + data
              + 2 * padded * (federated.nbytes(state) + federated.nbytes(tables)))

@@ -169,7 +169,8 @@ def protocol_lines(results) -> list:
   for on in ('validation', 'test'):
     if on in used:
       lines.append(stats.selection_label(on, sel.get('val_fraction', 0.0),
-                                         sel.get('val_source', 'clients'), metric))
+                                         sel.get('val_source', 'clients'), metric,
+                                         sel.get('dataset_split', '')))
   if sel.get('select_on') == 'validation' and 'test' in used:
     lines.append('Runs marked "test" in the selected-on column could not hold a validation '
                  f'split out ({sel.get("fallback", "see the notes")}), so they fall back to the '

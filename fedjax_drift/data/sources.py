@@ -33,7 +33,8 @@ DATASETS = {
     'domainnet': 'FedBN\'s 10-class DomainNet subset, 6 domains, domain ids; FedBN\'s split '
                  'files + DomainNet images, imported once at --image_size (default 64)',
     'npz:PATH': 'any .npz with x_train, y_train, x_test, y_test (optional d_train, d_test, '
-                'domain_names, <column>_train; vocab_size for int32 token data [N, 2, L])',
+                'domain_names, <column>_train; x_val, y_val: its own validation split; '
+                'vocab_size for int32 token data [N, 2, L])',
     'tfds:NAME': 'a TensorFlow Datasets dataset (downloaded once, needs internet); '
                  'tfds:domainnet = its six domains with domain ids; text ones '
                  '(tfds:ag_news_subset) are tokenised',
@@ -250,11 +251,14 @@ def load_options(config):
 
 def npz_structure(path):
   """The optional structure arrays of an npz (an imported cache or npz:PATH), as validate's
-  keywords: d_train/d_test (domain ids), domain_names, <column>_train (group ids), and
-  vocab_size (a scalar: token data, x int32 [N, 2, L] of ids and attention mask)."""
+  keywords: d_train/d_test (domain ids), domain_names, <column>_train (group ids),
+  vocab_size (a scalar: token data, x int32 [N, 2, L] of ids and attention mask), and x_val/
+  y_val (the dataset's own validation split, for --val_source=dataset)."""
   try:
     with np.load(path, allow_pickle=False) as f:
       out = {}
+      if 'x_val' in f or 'y_val' in f:  # validate refuses one without the other
+        out.update({k: f[k] for k in ('x_val', 'y_val') if k in f})
       if 'vocab_size' in f:
         out['vocab_size'] = int(f['vocab_size'])
       if 'd_train' in f or 'd_test' in f:
@@ -319,12 +323,13 @@ def _finite_float32(name, split, x):
 
 
 def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains_test=None,
-             domain_names=(), groups=None, vocab_size=0):
+             domain_names=(), groups=None, vocab_size=0, x_val=None, y_val=None):
   """Checks shapes, label range and finiteness; returns a Dataset with int32 labels.
 
   The optional structure (domain ids per split, group columns per training example) is
   checked for length and integrality and carried as int32 (see `Dataset`). vocab_size > 0:
-  x are token arrays int32 [N, 2, L], checked by `check_tokens` instead."""
+  x are token arrays int32 [N, 2, L], checked by `check_tokens` instead. x_val/y_val: an
+  optional validation split, checked as the test split is (`_validate_val`)."""
   for split, x, y in (('train', x_train, y_train), ('test', x_test, y_test)):
     if x.ndim < 2:
       raise UserError(f'{name}: x_{split} must have a leading example axis, got shape {x.shape}')
@@ -369,9 +374,35 @@ def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains
   domains_train, domains_test = _check_domains(name, domains_train, domains_test, len(x_train),
                                                len(x_test), domain_names)
   groups = {k: _check_ids(name, f'{k}_train', v, len(x_train)) for k, v in (groups or {}).items()}
-  return Dataset(name, x_train, y_train.astype(np.int32), x_test, y_test.astype(np.int32),
-                 num_classes, domains_train, domains_test, tuple(domain_names), groups or None,
-                 int(vocab_size))
+  ds = Dataset(name, x_train, y_train.astype(np.int32), x_test, y_test.astype(np.int32),
+               num_classes, domains_train, domains_test, tuple(domain_names), groups or None,
+               int(vocab_size))
+  return ds if x_val is None and y_val is None else _validate_val(ds, x_val, y_val, dtypes[0])
+
+
+def _validate_val(ds, x_val, y_val, train_dtype):
+  """ds with its own validation split (x_val, y_val) checked by the test split's rules: same
+  example shape and scale as x_train, labels among the training labels."""
+  name = ds.name
+  if x_val is None or y_val is None:
+    raise UserError(f'{name}: a validation split needs both x_val and y_val')
+  if y_val.ndim != 1 or len(y_val) != len(x_val) or not len(x_val):
+    raise UserError(f'{name}: y_val shape {y_val.shape} does not match x_val {x_val.shape} '
+                    '(or the split is empty)')
+  if x_val.shape[1:] != ds.x_train.shape[1:]:
+    raise UserError(f'{name}: validation examples have shape {x_val.shape[1:]}, train '
+                    f'examples {ds.x_train.shape[1:]}')
+  if ds.vocab_size:
+    check_tokens(name, 'x_val', x_val, ds.vocab_size)
+  elif (x_val.dtype == np.uint8) != (train_dtype == np.uint8):
+    raise UserError(f'{name}: x_train is {train_dtype} and x_val is {x_val.dtype}; store both '
+                    'as uint8 or both as floats')
+  elif x_val.dtype != np.uint8:
+    x_val = _finite_float32(name, 'x_val', x_val)
+  if not np.all(np.equal(np.mod(y_val, 1), 0)) or y_val.min() < 0 or \
+      y_val.max() >= ds.num_classes:
+    raise UserError(f'{name}: y_val holds labels outside 0..{ds.num_classes - 1}')
+  return ds._replace(x_val=x_val, y_val=y_val.astype(np.int32))
 
 
 def check_tokens(name, split, x, vocab_size):
