@@ -16,7 +16,8 @@ class Model(NamedTuple):
   name: str
   family: str                                # 'dense', 'conv' or 'text'
   init: Callable[[jax.Array], Any]           # key -> params
-  apply: Callable[[Any, jax.Array], jax.Array]  # (params, x float32) -> logits (evaluation)
+  # (params, x) -> logits (evaluation); x float32, or int32 [B, 2, L] tokens for text models
+  apply: Callable[[Any, jax.Array], jax.Array]
   input_shape: tuple
   features: Callable = None  # (params, x) -> (logits, representation); the projection if any
   # Training-mode forward: (params, x, rng=None) -> (logits, new model state or None). Models

@@ -1,7 +1,8 @@
 """The model zoo: flax modules mapping a batch of inputs to logits.
 
 Inputs arrive as float32 (uint8 images already scaled to [0, 1]). Convolutional models take
-NHWC images; dense models flatten whatever they get.
+NHWC images; dense models flatten whatever they get. Text models (models/text.py, family
+'text') take int32 [B, 2, L] token ids and attention masks.
 """
 import inspect
 from typing import Any, Sequence, Tuple
