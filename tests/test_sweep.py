@@ -86,6 +86,14 @@ def test_a_diverging_point_is_frozen_and_the_others_go_on(tiny_npz, tmp_path):
             [row['test_loss'] for row in _rows(tmp_path / 'alone' / 'metrics.csv', run=r)])
 
 
+def test_runs_csv_is_written_when_the_first_point_diverges(tiny_npz, tmp_path):
+  # runs.csv takes its header from the first run: a diverged one must carry every column.
+  fedjax_drift.run(_config(tiny_npz, tmp_path / 'grid', seeds=1, grid='lr:2500,0.1'), **QUIET)
+  runs = _rows(tmp_path / 'grid' / 'runs.csv')
+  assert [r['status'] for r in runs] == ['diverged', 'ok']
+  assert runs[0]['target_accuracy'] == runs[1]['target_accuracy'] != ''
+
+
 def test_every_run_diverged_raises(tiny_npz, tmp_path):
   with pytest.raises(fedjax_drift.errors.DivergenceError, match='every run diverged'):
     fedjax_drift.run(_config(tiny_npz, tmp_path / 'all', seeds=2, lr=2500.0), **QUIET)
