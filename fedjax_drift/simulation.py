@@ -613,8 +613,8 @@ def _run_summary(study, prog, spec):
     rnd, client = prog.diverged[spec.index]
     keys = ('final_accuracy', 'final_loss', 'best_accuracy', 'mean_best_accuracy',
             'last10_mean_accuracy', 'rounds_to_target')
-    # target_accuracy too: runs.csv's header comes from the first run, which may diverge
     keys += stats.VALIDATION_KEYS if cfg.has_validation else ()
+    # target_accuracy too: runs.csv's header comes from the first run, which may diverge
     return {**base, 'status': 'diverged', 'diverged_round': rnd, 'diverged_client': client,
             **{k: None for k in keys}, 'target_accuracy': cfg.target_accuracy}
   summary = metrics.summarize([r['round'] for r in rows], [r['test_accuracy'] for r in rows],
