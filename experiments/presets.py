@@ -345,7 +345,7 @@ def plan(name, mode, only=None, rounds=None, seeds=None, replace=None):
       static, issues = _static_pending(preset, scenario, label)
       reasons = [f'{r} ({", ".join(issues)})' if issues else r
                  for r in static + missing(values)]
-      if mode == 'cpu' and cpu_left_out(values):
+      if mode == 'cpu' and cpu_left_out(values) and not reasons:  # else: pending anyway
         reasons = [f'not in the cpu tier: {cpu_left_out(values)}']
       out.append((scenario, label, values, grid, n_seeds, reasons))
   return out
