@@ -84,6 +84,12 @@ def at_best_validation(curve, val_curve):
   return test[peak]
 
 
+def _diverged_metrics(at=()):
+  """run_metrics' keys for a run that diverged: nan (no accuracy), never reached the target."""
+  return {**{k: math.nan for k in ('final', 'best', 'best_half', 'last10')},
+          'rounds_to_target': None, 'at': {t: math.nan for t in at}}
+
+
 def _stat(values):
   """{'mean', 'std' (ddof=0: the spread of these seeds), 'lo', 'hi', 'n'} (stats.interval)."""
   ci = stats.interval(values)
@@ -100,11 +106,15 @@ def summarise(runs, rounds, target, at=()):
     points.setdefault(tuple(sorted(run.point.items())), []).append(run)
   out = []
   for key, mine in points.items():
-    ms = [run_metrics(r.curve, rounds, target, at) for r in mine]
+    # A diverged run's evaluations stop before the last round: its metrics are nan (left out
+    # of the means and intervals, counted in 'diverged'), not its accuracy before diverging.
+    ok = [bool(r.curve) and r.curve[-1][0] >= rounds for r in mine]
+    ms = [run_metrics(r.curve, rounds, target, at) if good else _diverged_metrics(at)
+          for r, good in zip(mine, ok)]
     has_val = all(r.val_curve for r in mine)
     if has_val:
-      for m, r in zip(ms, mine):
-        m['at_best_val'] = at_best_validation(r.curve, r.val_curve)
+      for m, r, good in zip(ms, mine, ok):
+        m['at_best_val'] = at_best_validation(r.curve, r.val_curve) if good else math.nan
     names = COLUMNS + (('at_best_val',) if has_val else ())
     point = {'grid_point': dict(key), 'seeds': [r.seed for r in mine]}
     point.update({k: _stat([m[k] for m in ms]) for k in names})
@@ -113,11 +123,15 @@ def summarise(runs, rounds, target, at=()):
     reached = [m['rounds_to_target'] for m in ms if m['rounds_to_target'] is not None]
     point['rounds_to_target'] = {'reached': f'{len(reached)}/{len(ms)}',
                                  'mean': float(np.mean(reached)) if reached else None}
+    if not all(ok):
+      point['diverged'] = len(ok) - sum(ok)
     if has_val:
-      vms = [run_metrics(r.val_curve, rounds, target) for r in mine]
+      vms = [run_metrics(r.val_curve, rounds, target) if good else _diverged_metrics()
+             for r, good in zip(mine, ok)]
       point['val'] = {k: _stat([m[k] for m in vms]) for k in COLUMNS}
-    rounds_ = [t for t, _ in mine[0].curve]
-    acc = np.array([[a for _, a in r.curve] for r in mine])
+    kept = [r for r, good in zip(mine, ok) if good] or mine  # the mean curve of the finished
+    rounds_ = [t for t, _ in min((r.curve for r in kept), key=len)]
+    acc = np.array([[a for _, a in r.curve[:len(rounds_)]] for r in kept])
     point['curve'] = [(t, float(m), float(s)) for t, m, s in zip(rounds_, acc.mean(0),
                                                                  acc.std(0))]
     out.append(point)
@@ -229,7 +243,8 @@ def _results_rows(rows, metric):
     on_test = r.get('chosen_on_test', r['chosen'])
     same = on_test == r['chosen']
     lines.append(f'| {r["method"]} | {_point(r["chosen"])} | {r.get("select_on", "test")} | '
-                 f'{"same" if same else _point(on_test)} | {len(r["seeds"])} | '
+                 f'{"same" if same else _point(on_test)} | {len(r["seeds"])}'
+                 + (f' ({r["diverged"]} diverged)' if r.get('diverged') else '') + ' | '
                  + ' | '.join(_cell(r.get(k)) for k in cols) + f' | {reach} |'
                  + ''.join(f' {_cell(r["at"][t])} |' for t in at))
   return lines

@@ -47,10 +47,24 @@ def test_cells_are_the_t_intervals_of_the_stored_per_seed_values():
     metric = results['metric']
     for rows in results['scenarios'].values():
       for r in rows:
-        values = np.array(list(r['per_seed'][metric].values()), np.float64)
+        values = np.array([v for v in r['per_seed'][metric].values() if v is not None],
+                          np.float64)  # a diverged run is null (nan), left out of the cell
         assert len(values) >= 3  # the cpu tier's seeds
         half = t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
         cell = r[metric]
         assert abs(cell['mean'] - values.mean()) < 1e-9 and cell['n'] == len(values)
         assert abs(cell['lo'] - (values.mean() - half)) < 1e-9
         assert abs(cell['hi'] - (values.mean() + half)) < 1e-9
+
+
+def test_a_diverged_run_is_counted_not_scored_by_its_accuracy_before_diverging():
+  from fedjax_drift import tables  # pylint: disable=g-import-not-at-top
+  curve = [(0, 0.1), (3, 0.5), (6, 0.7)]
+  runs = [tables.Run(s, {}, curve, []) for s in (0, 1)] + [tables.Run(2, {}, curve[:2], [])]
+  (point,) = tables.summarise(runs, 6, 0.6)
+  assert point['diverged'] == 1 and point['final']['n'] == 2
+  assert point['final']['mean'] == 0.7 and math.isnan(point['per_seed']['final'][2])
+  assert point['rounds_to_target']['reached'] == '2/3' and len(point['curve']) == 3
+  rows = [dict(point, method='m', chosen={}, select_on='test')]
+  text = tables.markdown({'metric': 'final', 'mode': 'cpu', 'date': 'd', 'scenarios': {'s': rows}})
+  assert '| 3 (1 diverged) |' in text
