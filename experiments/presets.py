@@ -342,6 +342,8 @@ def plan(name, mode, only=None, rounds=None, seeds=None, replace=None):
         continue
       values, grid, n_seeds = resolve(name, mode, scenario, label, rounds, seeds)
       values.update(replace or {})
+      if values.get('val_source') == 'dataset' and values.get('val_fraction'):
+        values['val_source'] = SELECTION['val_source']  # --val_fraction asks for a carved split
       static, issues = _static_pending(preset, scenario, label)
       reasons = [f'{r} ({", ".join(issues)})' if issues else r
                  for r in static + missing(values)]
@@ -550,7 +552,7 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
         out_dir, 'runs', f'{scenario}-{label}'.replace(' ', '_').replace('/', '_')))
     runs = run_method(config, sweep=preset['methods'][label]['sweep'])
     points = summarise(runs, config.rounds, config.target_accuracy, at)
-    on = select_on if config.val_fraction else 'test'
+    on = select_on if config.has_validation else 'test'
     best, on_test = tables.select(points, preset['metric'], on)
     results['scenarios'].setdefault(scenario, []).append(
         {'method': label, 'config': dataclasses.asdict(config), 'chosen': best['grid_point'],
@@ -688,11 +690,17 @@ def selection_text(preset):
   values = {**SELECTION, **{k: v for k, (v, _) in preset['setting'].items()}}
   longtail = values.get('scenario') == 'longtail_stateless' or any(
       s.get('scenario', (None,))[0] == 'longtail_stateless' for s in preset['scenarios'].values())
+  own = [(n, s.get('dataset', (values.get('dataset'),))[0]) for n, s in
+         preset['scenarios'].items()
+         if s.get('val_source', (values['val_source'],))[0] == 'dataset']
+  if own and len(own) == len(preset['scenarios']):
+    return 'on validation: ' + ', '.join(sorted({stats.own_split_name(d) for _, d in own}))
   if longtail or not values['val_fraction']:
     return f'on test ({NO_SPLIT})' if longtail else 'on test'
   where = ('each client\'s training examples' if values['val_source'] == 'clients'
            else 'the pooled training examples')
-  return f'on validation: {values["val_fraction"]:g} of {where}'
+  return (f'on validation: {values["val_fraction"]:g} of {where}'
+          + ''.join(f'; {n}: {stats.own_split_name(d)}' for n, d in own))
 
 
 def _show(val):

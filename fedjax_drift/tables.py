@@ -174,6 +174,20 @@ def _cell(stat):
   return stats.fmt_interval(stat)
 
 
+def _splits(results, sel):
+  """Sorted distinct (val_fraction, val_source, own split's name) of the rows selected on
+  validation: each row's config where it has one (a scenario may use its dataset's own
+  split, --val_source=dataset), else the results' selection."""
+  out = set()
+  for rows in results['scenarios'].values():
+    for r in (r for r in rows if r.get('select_on') == 'validation'):
+      cfg = {**sel, **r.get('config', {})}
+      source = cfg.get('val_source', 'clients')
+      out.add((cfg.get('val_fraction', 0.0), source,
+               stats.own_split_name(cfg.get('dataset', '')) if source == 'dataset' else ''))
+  return sorted(out)
+
+
 def protocol_lines(results) -> list:
   """The sentences that say how points were chosen and what the cells are."""
   sel = results.get('selection', {})
@@ -181,10 +195,11 @@ def protocol_lines(results) -> list:
   used = {r.get('select_on', 'test') for rows in results['scenarios'].values() for r in rows}
   lines = []
   for on in ('validation', 'test'):
-    if on in used:
-      lines.append(stats.selection_label(on, sel.get('val_fraction', 0.0),
-                                         sel.get('val_source', 'clients'), metric,
-                                         sel.get('dataset_split', '')))
+    if on == 'test' and on in used:
+      lines.append(stats.selection_label(on, metric=metric))
+    if on == 'validation':  # one sentence per kind of split the rows were selected on
+      lines += [stats.selection_label(on, *split, metric, name)
+                for *split, name in _splits(results, sel)]
   if sel.get('select_on') == 'validation' and 'test' in used:
     lines.append('Runs marked "test" in the selected-on column could not hold a validation '
                  f'split out ({sel.get("fallback", "see the notes")}), so they fall back to the '

@@ -123,3 +123,17 @@ def test_sweep_scores_and_selects_on_the_split_and_resumes(val_npz, unequal_part
   read = lambda d: [{k: v for k, v in r.items() if k != 'elapsed_s'}
                     for r in csv.DictReader(open(tmp_path / d / 'metrics.csv'))]
   assert read('part') == read('whole')
+
+
+def test_tables_name_each_rows_split():
+  from fedjax_drift import tables
+  row = lambda dataset, fraction, source: {
+      'method': 'fedavg', 'select_on': 'validation',
+      'config': {'dataset': dataset, 'val_fraction': fraction, 'val_source': source}}
+  results = {'metric': 'final', 'selection': {'select_on': 'validation', 'val_fraction': 0.1,
+                                              'val_source': 'clients'},
+             'scenarios': {'AG News': [row('ag_news', 0.1, 'clients')],
+                           'SST-5': [row('sst5', 0.0, 'dataset')]}}
+  lines = tables.protocol_lines(results)
+  assert sum("SST-5's official dev split" in l for l in lines) == 1
+  assert sum("0.1 of each client's training examples" in l for l in lines) == 1
