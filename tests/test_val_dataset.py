@@ -137,3 +137,20 @@ def test_tables_name_each_rows_split():
   lines = tables.protocol_lines(results)
   assert sum("SST-5's official dev split" in l for l in lines) == 1
   assert sum("0.1 of each client's training examples" in l for l in lines) == 1
+
+
+def test_sst5_dev_is_the_split(tmp_path):
+  import layouts  # pylint: disable=g-import-not-at-top
+  expected = layouts.write_sst5_zip(str(tmp_path))
+  config = fedjax_drift.Config(dataset='sst5', data_dir=str(tmp_path), model='text_bag',
+                               num_clients=2, clients_per_round=2, partition='iid',
+                               max_seq_len=16, vocab_size=200, val_source='dataset',
+                               progress=False)
+  exp = study.prepare(config)
+  n, m = len(exp.dataset.y_train), len(expected['val'][1])
+  assert exp.validation.index.tolist() == list(range(n, n + m))
+  assert np.array_equal(np.asarray(exp.data.x)[n:], exp.dataset.x_val)
+  assert np.asarray(exp.data.y)[n:].tolist() == list(expected['val'][1])
+  with pytest.raises(fedjax_drift.UserError, match='--dataset=sst5 has no validation split'):
+    layouts.write_sst5_zip(str(tmp_path / 'no_dev'), dev=False)
+    study.prepare(dataclasses.replace(config, data_dir=str(tmp_path / 'no_dev')))
