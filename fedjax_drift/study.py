@@ -225,8 +225,8 @@ def _partition(config, shared):
   return parts, test_parts, server_data, validation
 
 
-  """(the parts clients train on, Validation or None) for --val_fraction/--val_source."""
 def _carve_validation(config, parts, server_val, dataset):
+  """(the parts clients train on, Validation or None) for --val_fraction/--val_source."""
   if config.val_source == 'dataset':  # the server's: rows after the training examples
     n, m = len(dataset.y_train), len(dataset.y_val)
     return parts, Validation(np.arange(n, n + m), np.full(m, -1, np.int32))
