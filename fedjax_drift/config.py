@@ -66,8 +66,6 @@ class Config:
                             group='data')
   hf_train_split: str = _f('train', 'hf: the split to train on', group='data')
   hf_test_split: str = _f('test', 'hf: the split to test on', group='data')
-  partition: str = _f('dirichlet', 'how training examples are split across clients',
-                      group='data')
   tokenizer: str = _f('auto', 'text datasets: tokenizer.json, a WordPiece vocab.txt, or a '
                       'folder holding one; auto = the --pretrained folder\'s, else a WordPiece '
                       'vocabulary of --vocab_size trained on the training texts', group='data')
@@ -77,6 +75,8 @@ class Config:
                         'attention mask)', group='data')
   pretrained: str = _f('', 'a Hugging Face checkpoint folder (config.json + model.safetensors '
                        'or pytorch_model.bin), read from local disk', group='model')
+  partition: str = _f('dirichlet', 'how training examples are split across clients',
+                      group='data')
   classes_per_client: int = _f(2, 'shards: labels per client (s)', group='data')
   dirichlet_alpha: float = _f(0.5, 'dirichlet / dirichlet_client / quantity concentration',
                               group='data')
@@ -274,6 +274,11 @@ class Config:
                              group='algorithm')
   # Execution.
   seed: int = _f(0, 'run seed: partition, init, cohorts and batches derive from it', group='run')
+  matmul_precision: str = _f('highest', 'float32 matmuls and convolutions: highest = full '
+                             'float32 everywhere (as on CPU); default = the backend\'s own '
+                             '(TF32 on NVIDIA GPUs, bfloat16 passes on TPUs: faster, results '
+                             'differ from CPU in the 3rd-4th digit)', ('highest', 'default'),
+                             group='run')
   client_parallelism: str = _f('auto', 'how cohort clients run inside the compiled round',
                                ('auto', 'vmap', 'sequential'), group='run')
   cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism',
@@ -303,11 +308,6 @@ class Config:
                  "'lr:0.01,0.05;beta:0.8,0.9' with slowmo (the cartesian product; an axis "
                  "the run does not read is refused)", group='run')
   run_chunk: int = _f(0, 'runs vmapped together in a sweep; 0 = all', group='run')
-  matmul_precision: str = _f('highest', 'float32 matmuls and convolutions: highest = full '
-                             'float32 everywhere (as on CPU); default = the backend\'s own '
-                             '(TF32 on NVIDIA GPUs, bfloat16 passes on TPUs: faster, results '
-                             'differ from CPU in the 3rd-4th digit)', ('highest', 'default'),
-                             group='run')
   # Evaluation and output.
   eval_every: int = _f(5, 'evaluate the global model every this many rounds', group='output')
   eval_batch_size: int = _f(1000, 'test examples per evaluation batch', group='output')

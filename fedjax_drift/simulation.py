@@ -195,18 +195,17 @@ def _preflight(cfg, runs):
   return check
 
 
-def _make_evaluator(study):
-  # The protocol (the global model, or FedBN's per-client models), its per-domain columns,
-  # test inputs normalised as training batches, labels under each run's current concept:
-  # all evaluation.py's.
-  return evaluation.make(study)
-
 def _size(num_bytes):
   if num_bytes >= 1e9:
     return f'{num_bytes / 1e9:.2f} GB'
   return f'{num_bytes / 1e6:.1f} MB' if num_bytes >= 1e6 else f'{num_bytes / 1e6:.3f} MB'
 
 
+def _make_evaluator(study):
+  # The protocol (the global model, or FedBN's per-client models), its per-domain columns,
+  # test inputs normalised as training batches, labels under each run's current concept:
+  # all evaluation.py's.
+  return evaluation.make(study)
 
 
 def _open_run_dir(study, run_dir, log, fingerprint) -> Output:

@@ -182,7 +182,6 @@ def _validation_split(config, dataset, norm=None, pool=None):
                       'examples' + (' left by --val_fraction' if len(pool) < n else ''))
     perm = rng.permutation(len(pool))  # with the whole pool: the draw before --val_fraction
     val, keep = pool[perm[:size]], np.sort(pool[perm[size:]])
-
   server_data = {'x_val': input_pipeline.preprocess(jnp.asarray(dataset.x_train[val]), norm),
                  'y_val': jnp.asarray(dataset.y_train[val])}
   return keep, server_data
