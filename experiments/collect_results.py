@@ -84,6 +84,7 @@ def section(directory, results, prov):
            f'Raw results: [{rel}/]({rel}/).', '']
   table = tables.markdown(results)
   lines.append(table.split('\n', 1)[1].lstrip('\n'))  # the section title replaces its heading
+  lines += [f'Every run diverged, so no row: {d}\n' for d in results.get('diverged', [])]
   plots = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, '*.png')))
   if plots:
     lines.append('Plots: ' + ', '.join(f'[{p}]({rel}/{p})' for p in plots) + '\n')

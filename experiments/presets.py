@@ -550,7 +550,12 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
   for scenario, label, config in live:
     config = dataclasses.replace(config, progress=False, overwrite=OVERWRITE, out=os.path.join(
         out_dir, 'runs', f'{scenario}-{label}'.replace(' ', '_').replace('/', '_')))
-    runs = run_method(config, sweep=preset['methods'][label]['sweep'])
+    try:
+      runs = run_method(config, sweep=preset['methods'][label]['sweep'])
+    except fedjax_drift.errors.DivergenceError as e:  # a method diverging everywhere is a result
+      results.setdefault('diverged', []).append(f'{label} @ {scenario}: {e}')
+      log(f'[{name}/{scenario}] {label}: every run diverged ({e})')
+      continue
     points = summarise(runs, config.rounds, config.target_accuracy, at)
     on = select_on if config.has_validation else 'test'
     best, on_test = tables.select(points, preset['metric'], on)
@@ -566,7 +571,8 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
         os.path.join(out_dir, f'{_slug(scenario)}.png'),
         {r['method']: tuple(zip(*r['curve'])) for r in rows_}, f'{name} ({mode}): {scenario}')
   report.write_json(os.path.join(out_dir, 'results.json'), results)
-  table = settings_table(name, mode, rounds, seeds) + '\n' + results_table(results)
+  table = settings_table(name, mode, rounds, seeds) + '\n' + results_table(results) + ''.join(
+      f'\nEvery run diverged, so no row: {d}\n' for d in results.get('diverged', []))
   report.atomic_write(os.path.join(out_dir, 'table.md'), table.encode())
   log(table)
   return results

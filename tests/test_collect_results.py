@@ -68,3 +68,21 @@ def test_a_diverged_run_is_counted_not_scored_by_its_accuracy_before_diverging()
   rows = [dict(point, method='m', chosen={}, select_on='test')]
   text = tables.markdown({'metric': 'final', 'mode': 'cpu', 'date': 'd', 'scenarios': {'s': rows}})
   assert '| 3 (1 diverged) |' in text
+
+
+def test_a_method_whose_every_run_diverges_is_reported_not_fatal(tmp_path, monkeypatch):
+  import fedjax_drift  # pylint: disable=g-import-not-at-top
+  import presets  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import tables  # pylint: disable=g-import-not-at-top
+
+  def fake_run(config, sweep=True):  # uniform diverges everywhere; cover_classes trains
+    if 'uniform' in config.out:
+      raise fedjax_drift.errors.DivergenceError('every run diverged (first in round 1)')
+    return [tables.Run(s, {}, [(0, 0.1), (1, 0.5 + s / 10)], []) for s in range(3)]
+
+  monkeypatch.setattr(presets, 'run_method', fake_run)
+  results = presets.run_preset('fedadc_cohort', 'cpu', rounds=1, out_root=str(tmp_path),
+                               log=lambda *_: None)
+  assert list(results['scenarios']) == ['cover_classes']
+  assert results['diverged'] == ['fedadc @ uniform: every run diverged (first in round 1)']
+  assert 'Every run diverged, so no row: fedadc @ uniform' in (tmp_path / 'table.md').read_text()
