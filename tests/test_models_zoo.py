@@ -328,12 +328,16 @@ def _readme_model_rows():
   rows = {}
   for line in section.splitlines():
     cells = [c.strip() for c in line.strip().strip('|').split('|')]
-    if len(cells) != 5 or not cells[0].startswith('`'):
+    names = re.findall(r'`(\w+)`', cells[0]) if len(cells) == 5 else []
+    if not names:  # not a model row (the header: `--model=`)
       continue
-    shape, classes = cells[2].split(', ')
+    shape, classes = cells[2].rsplit(', ', 1)
     counts = [int(n.replace(',', '')) for n in re.findall(r'[\d,]{3,}', cells[3])]
-    for name in re.findall(r'`(\w+)`', cells[0]):
-      rows[name] = (tuple(int(d) for d in shape.split('×')), int(classes), counts)
+    text = re.fullmatch(r'(\d+) tokens of ([\d,]+)', shape)  # "128 tokens of 30,522"
+    shape = ((2, int(text[1])), int(text[2].replace(',', ''))) if text else (
+        tuple(int(d) for d in shape.split('×')), 0)
+    for name in names:
+      rows[name] = (shape, int(classes), counts)
   return rows
 
 
@@ -341,8 +345,9 @@ def _readme_model_rows():
 def test_readme_lists_every_model_with_its_parameter_count():
   rows = _readme_model_rows()
   assert set(rows) == set(zoo.MODELS)
-  for name, (shape, classes, counts) in rows.items():
-    own = _count(name, classes, shape)
+  for name, ((shape, vocab), classes, counts) in rows.items():
+    kw = {'vocab_size': vocab} if vocab else {}  # text models: token ids of a vocabulary
+    own = _count(name, classes, shape, **kw)
     assert own in counts, (name, own, counts)
     others = [c for c in counts if c != own]
     if others and name in ('cnn_cifar_moon', 'resnet8', 'resnet50_bn'):  # "+ head"
