@@ -289,7 +289,9 @@ def test_full_preset_builds_on_tiny_official_files(name, scen, label, tmp_path):
       c, data_dir=str(tmp_path), seeds=1, grid='',
       num_clients=c.num_clients if c.partition == 'domains' else min(c.num_clients, 4),
       clients_per_round=min(c.clients_per_round, 4 if c.partition != 'domains' else 6),
-      vote_val_size=min(c.vote_val_size, 2), classes_per_client=min(c.classes_per_client, 2))
+      vote_val_size=min(c.vote_val_size, 2), classes_per_client=min(c.classes_per_client, 2),
+      # a carved split of half, so that the few examples of each tiny client still give one
+      val_fraction=0.5 if c.val_fraction else 0.0)
   if c.pretrained:  # a tiny base checkpoint in Hugging Face's layout stands in for DistilBERT's
     from test_text_models import write_tiny_distilbert  # pylint: disable=g-import-not-at-top
     small = dataclasses.replace(small, pretrained=write_tiny_distilbert(str(tmp_path / 'ckpt')))
