@@ -64,3 +64,28 @@ def evaluated_rounds(run_dir):
     return 0
   with open(path) as f:
     return max(0, sum(1 for _ in f) - 2)
+
+
+def check_sweep_equals_single_runs_and_resumes(npz, tmp_path, **kw):
+  """A 2-seed, 2-round sweep of config `kw` (test_sweep._config's flags) compiles once, each
+  seed's test losses equal its single run, and the sweep stopped after round 1 and resumed
+  writes the same metrics.csv: the algorithm's state is vmapped over runs and checkpointed."""
+  from test_sweep import QUIET, _config, _rows  # pylint: disable=g-import-not-at-top
+  kw = dict(kw, rounds=2, eval_every=1)
+  summary = fedjax_drift.run(_config(npz, tmp_path / 'sweep', seeds=2, **kw), **QUIET)
+  assert summary['segment_compilations'] == 1
+  sweep = _rows(tmp_path / 'sweep' / 'metrics.csv')
+  for seed in (0, 1):
+    out = tmp_path / f'single-{seed}'
+    fedjax_drift.run(_config(npz, out, seed=seed, **kw), **QUIET)
+    single = [float(r['test_loss']) for r in _rows(out / 'metrics.csv')]
+    run = [r for r in _rows(tmp_path / 'sweep' / 'runs.csv') if int(r['seed']) == seed][0]
+    mine = [float(r['test_loss']) for r in sweep if r['run'] == run['run']]
+    assert len(mine) == 3
+    np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)
+  kw['rounds'] = 1
+  fedjax_drift.run(_config(npz, tmp_path / 'resumed', seeds=2, **kw), **QUIET)
+  fedjax_drift.resume(str(tmp_path / 'resumed'), rounds=2, **QUIET)
+  resumed = _rows(tmp_path / 'resumed' / 'metrics.csv')
+  assert [(r['run'], r['round'], r['test_loss']) for r in resumed] == \
+      [(r['run'], r['round'], r['test_loss']) for r in sweep]

@@ -12,7 +12,7 @@ import fedjax_drift
 from fedjax_drift.algorithms.feddistill import aggregate_table
 from reference import softmax
 from test_algorithms import LR, _fedavg_params, flat, local_sgd, make, run_lockstep, weights
-from helpers import run_rounds
+from helpers import check_sweep_equals_single_runs_and_resumes, run_rounds
 
 
 class FedDistillPlus:
@@ -87,22 +87,5 @@ def test_lambda_zero_is_fedavg(tiny_npz, unequal_partition):
 def test_two_seed_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path):
   """The table lives in the server state: vmapped over seeds, and checkpointed (round 2 of a
   run resumed after round 1 distils from the table round 1 built)."""
-  from test_sweep import QUIET, _config, _rows  # pylint: disable=g-import-not-at-top
-  kw = dict(algo='feddistill_plus', model='logreg', rounds=2, eval_every=1, distill_lambda=0.5)
-  summary = fedjax_drift.run(_config(tiny_npz, tmp_path / 'sweep', seeds=2, **kw), **QUIET)
-  assert summary['segment_compilations'] == 1
-  sweep = _rows(tmp_path / 'sweep' / 'metrics.csv')
-  for seed in (0, 1):
-    out = tmp_path / f'single-{seed}'
-    fedjax_drift.run(_config(tiny_npz, out, seed=seed, **kw), **QUIET)
-    single = [float(r['test_loss']) for r in _rows(out / 'metrics.csv')]
-    run = [r for r in _rows(tmp_path / 'sweep' / 'runs.csv') if int(r['seed']) == seed][0]
-    mine = [float(r['test_loss']) for r in sweep if r['run'] == run['run']]
-    assert len(mine) == 3
-    np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)
-  kw['rounds'] = 1
-  fedjax_drift.run(_config(tiny_npz, tmp_path / 'resumed', seeds=2, **kw), **QUIET)
-  fedjax_drift.resume(str(tmp_path / 'resumed'), rounds=2, **QUIET)
-  resumed = _rows(tmp_path / 'resumed' / 'metrics.csv')
-  assert [(r['run'], r['round'], r['test_loss']) for r in resumed] == \
-      [(r['run'], r['round'], r['test_loss']) for r in sweep]
+  check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, algo='feddistill_plus',
+                                             model='logreg', distill_lambda=0.5)

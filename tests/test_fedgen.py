@@ -17,7 +17,7 @@ import pytest
 import fedjax_drift
 from fedjax_drift import models
 from fedjax_drift.algorithms import fedgen
-from helpers import cohort_and_batches, run_rounds
+from helpers import check_sweep_equals_single_runs_and_resumes, cohort_and_batches, run_rounds
 from test_algorithms import LR, _fedavg_params, make, weights
 
 C, D = 3, 6  # classes; logreg's penultimate width (its inputs)
@@ -238,26 +238,9 @@ def test_refuses_a_model_without_a_separate_output_layer():
 def test_two_seed_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path):
   """The generator, its statistics and Adam moments live in the server state: vmapped over
   seeds, and checkpointed (round 2 of a run resumed after round 1 uses the round-1 generator)."""
-  from test_sweep import QUIET, _config, _rows  # pylint: disable=g-import-not-at-top
-  kw = dict(algo='fedgen', model='logreg', rounds=2, eval_every=1, fedgen_steps=3,
-            fedgen_hidden=8, fedgen_noise_dim=4, fedgen_client_batch=4)
-  summary = fedjax_drift.run(_config(tiny_npz, tmp_path / 'sweep', seeds=2, **kw), **QUIET)
-  assert summary['segment_compilations'] == 1
-  sweep = _rows(tmp_path / 'sweep' / 'metrics.csv')
-  for seed in (0, 1):
-    out = tmp_path / f'single-{seed}'
-    fedjax_drift.run(_config(tiny_npz, out, seed=seed, **kw), **QUIET)
-    single = [float(r['test_loss']) for r in _rows(out / 'metrics.csv')]
-    run = [r for r in _rows(tmp_path / 'sweep' / 'runs.csv') if int(r['seed']) == seed][0]
-    mine = [float(r['test_loss']) for r in sweep if r['run'] == run['run']]
-    assert len(mine) == 3
-    np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)
-  kw['rounds'] = 1
-  fedjax_drift.run(_config(tiny_npz, tmp_path / 'resumed', seeds=2, **kw), **QUIET)
-  fedjax_drift.resume(str(tmp_path / 'resumed'), rounds=2, **QUIET)
-  resumed = _rows(tmp_path / 'resumed' / 'metrics.csv')
-  assert [(r['run'], r['round'], r['test_loss']) for r in resumed] == \
-      [(r['run'], r['round'], r['test_loss']) for r in sweep]
+  check_sweep_equals_single_runs_and_resumes(
+      tiny_npz, tmp_path, algo='fedgen', model='logreg', fedgen_steps=3, fedgen_hidden=8,
+      fedgen_noise_dim=4, fedgen_client_batch=4)
 
 
 @pytest.mark.slow
