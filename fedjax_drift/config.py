@@ -297,7 +297,8 @@ class Config:
   conv_impl: str = _f('auto', 'how convolutions are computed: im2col (patches + GEMM), lax '
                       '(lax.conv_general_dilated: cuDNN, TPU) or onednn (oneDNN custom calls on '
                       'CPU; pip install ".[onednn]" and a C++ compiler, else im2col, said in '
-                      'one line); auto = im2col on CPU, lax on GPU/TPU',
+                      'one line); auto = onednn on x86 CPUs where it builds (else im2col, '
+                      'saying why once), lax on GPU/TPU',
                       ('auto', 'im2col', 'lax', 'onednn'), group='model')
   memory_budget_gb: float = _f(0.0, 'refuse to start if the data and state (checked from '
                                'shapes before building) or XLA\'s estimate for one segment need '

@@ -305,6 +305,11 @@ def _normalization(exp):
   return {'mean': [float(v) for v in norm.mean], 'std': [float(v) for v in norm.std]}
 
 
+def _conv_impl(exp):
+  """The convolution implementation that ran (--conv_impl resolved), None without convolutions."""
+  return exp.model.conv_impl if exp.model.family == 'conv' else None
+
+
 def _log_header(study, compiled, run_dir, log):
   cfg, exp = study.config, study.experiments[0]
   ds, n_clients = exp.dataset, len(exp.train_parts)
@@ -320,7 +325,8 @@ def _log_header(study, compiled, run_dir, log):
   log(f'client parallelism: chunk={exp.chunk} of {per_device} clients per device '
       f'({"sequential" if exp.chunk == 1 else "vmap" if exp.chunk >= per_device else "chunked"}'
       f'; {exp.strategy}); backend={jax.default_backend()}, {cfg.devices} of '
-      f'{jax.device_count()} device(s)')
+      f'{jax.device_count()} device(s)'
+      + (f'; conv_impl={_conv_impl(exp)}' if _conv_impl(exp) else ''))
   log(f'local work: up to {study.max_local_steps} steps per client per round; per-client state '
       f'{n_clients} clients x {state_bytes // max(n_clients, 1):,} bytes = {state_bytes:,} '
       f'bytes per run; run directory {run_dir}')
@@ -576,6 +582,7 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
       'memory_estimate_bytes': compiled.memory_bytes,
       'segment_compilations': 1,  # compiled ahead of time; every call reuses it
       'cohort_chunk': exp.chunk, 'strategy': exp.strategy, 'run_chunk': study.width,
+      'conv_impl': _conv_impl(exp),
       'per_client_state_bytes': federated.nbytes(exp.state.clients),
       'run_dir': out.run_dir,
       'runs': per_run, 'grid_points': _grid_summaries(study, per_run),

@@ -42,6 +42,19 @@ def unequal_partition(tmp_path_factory):
   return str(path)
 
 
+@pytest.fixture(scope='session', autouse=True)
+def onednn_build_cache(tmp_path_factory):
+  """One directory for the oneDNN extension (models/onednn.py) for the whole session, outside
+  the user's ~/.cache: every test has its own dataset cache, and a build per test (and per CLI
+  subprocess) would cost 10 s of g++ each. Sharing is safe: the library is named by a hash of
+  what it was built from, and a build is locked and renamed into place. Session scope, so it
+  is set before any module fixture builds the extension."""
+  path = tmp_path_factory.mktemp('onednn_build')
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv('FEDJAX_DRIFT_ONEDNN_CACHE', str(path))
+    yield path
+
+
 @pytest.fixture(autouse=True)
 def hermetic_environment(tmp_path_factory, monkeypatch):
   """Every test gets its own empty dataset cache, TFDS data dir and home, so nothing a user

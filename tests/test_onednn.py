@@ -32,18 +32,10 @@ def assert_close(ours, ref, what=''):
 
 
 @pytest.fixture(scope='module')
-def extension(tmp_path_factory):
-  """Builds the extension once (into a temporary cache, not the user's), or skips."""
-  old = os.environ.get('FEDJAX_DRIFT_CACHE')
-  os.environ['FEDJAX_DRIFT_CACHE'] = str(tmp_path_factory.mktemp('onednn_cache'))
-  try:
-    if not onednn.available():
-      pytest.skip(f'oneDNN extension unavailable: {onednn.unavailable_reason()}')
-  finally:
-    if old is None:
-      del os.environ['FEDJAX_DRIFT_CACHE']
-    else:
-      os.environ['FEDJAX_DRIFT_CACHE'] = old
+def extension():
+  """Builds the extension once (into the session's build cache, conftest.py), or skips."""
+  if not onednn.available():
+    pytest.skip(f'oneDNN extension unavailable: {onednn.unavailable_reason()}')
   return onednn.version()
 
 
@@ -305,25 +297,57 @@ def test_whole_run_equals_the_im2col_run(extension, images, tmp_path, strategy):
     np.testing.assert_allclose(params_a[name], params_b[name], rtol=1e-4, atol=1e-5,
                                err_msg=name)
   assert summary_a['strategy'] == summary_b['strategy']
+  assert (summary_a['conv_impl'], summary_b['conv_impl']) == ('onednn', 'im2col')
   for run_a, run_b in zip(summary_a['runs'], summary_b['runs']):  # the seeds' test metrics
     assert run_a['final_loss'] == pytest.approx(run_b['final_loss'], rel=1e-4)
     assert run_a['final_accuracy'] == pytest.approx(run_b['final_accuracy'], abs=1e-6)
 
 
+def test_a_default_run_uses_onednn_and_says_so_in_header_and_summary(extension, images,
+                                                                    tmp_path):
+  """--conv_impl=auto (the default) on this CPU: the header line and summary.json name onednn."""
+  del extension
+  lines = []
+  cfg = tiny_config(*images, model='cnn_mnist', batch_size=4, local_steps=1, rounds=1,
+                    out=str(tmp_path / 'run'))
+  assert cfg.conv_impl == 'auto'
+  summary = fedjax_drift.run(cfg, log=lambda *a: lines.append(' '.join(map(str, a))))
+  assert summary['conv_impl'] == 'onednn'
+  assert json.load(open(tmp_path / 'run' / 'summary.json'))['conv_impl'] == 'onednn'
+  assert [l for l in lines if l.startswith('client parallelism:')][0].endswith(
+      '; conv_impl=onednn')
+
+
 # --- choosing the implementation and falling back -----------------------------------------------
 
-def test_auto_stays_im2col_on_cpu_until_benchmarked():
-  assert not layers.AUTO_ONEDNN
-  assert layers.resolve_conv_impl('auto', 'cpu') == 'im2col'
-
-
-def test_auto_switch_picks_onednn_where_it_runs(extension, monkeypatch):
-  del extension
-  monkeypatch.setattr(layers, 'AUTO_ONEDNN', True)
-  machine = os.uname().machine.lower()
-  expected = 'onednn' if machine in ('x86_64', 'amd64') else 'im2col'
-  assert layers.resolve_conv_impl('auto', 'cpu') == expected
+def test_auto_picks_onednn_on_the_cpu_where_it_runs_and_lax_elsewhere(extension):
+  del extension  # built here (x86-64 Linux): auto uses it on the CPU backend
+  assert layers.resolve_conv_impl('auto', 'cpu') == 'onednn'
   assert layers.resolve_conv_impl('auto', 'gpu') == 'lax'
+  assert layers.resolve_conv_impl('auto', 'tpu') == 'lax'
+  assert models.get('cnn_mnist', 10, (12, 12, 1)).conv_impl == 'onednn'
+  for impl in ('im2col', 'lax', 'onednn'):  # explicit choices stay what they say
+    assert models.get('cnn_mnist', 10, (12, 12, 1), conv_impl=impl).conv_impl == impl
+
+
+def test_auto_falls_back_to_im2col_saying_why_once(monkeypatch, capsys):
+  monkeypatch.setattr(layers, '_said', set())
+  monkeypatch.setattr(onednn, '_state', {'reason': 'oneDNN is not installed (pip ...)'})
+  assert layers.resolve_conv_impl('auto', 'cpu') == 'im2col'
+  assert models.get('cnn_mnist', 10, (12, 12, 1)).conv_impl == 'im2col'
+  assert capsys.readouterr().err == ('--conv_impl=auto: oneDNN extension unavailable '
+                                     '(oneDNN is not installed (pip ...)); using im2col\n')
+  assert layers.resolve_conv_impl('auto', 'gpu') == 'lax'  # no oneDNN wanted: nothing said
+  assert capsys.readouterr().err == ''
+
+
+def test_models_without_convolutions_never_build_the_extension(monkeypatch, capsys):
+  """auto on a dense or text model: nothing to convolve, so no build, no libdnnl loaded."""
+  monkeypatch.setattr(onednn, '_state', {})
+  monkeypatch.setattr(onednn, 'build', lambda: pytest.fail('built for a dense model'))
+  assert models.get('mlp', 3, (6,)).conv_impl == 'im2col'
+  assert layers.resolve_conv_impl('auto', 'cpu', convolves=False) == 'im2col'
+  assert onednn._state == {} and capsys.readouterr().err == ''  # pylint: disable=protected-access
 
 
 def test_onednn_falls_back_with_one_line_where_it_cannot_run(monkeypatch, capsys):
@@ -340,7 +364,7 @@ def test_onednn_falls_back_with_one_line_where_it_cannot_run(monkeypatch, capsys
 
 def test_build_reports_why_without_onednn_or_compiler(monkeypatch, tmp_path):
   """No oneDNN found, or no compiler: a RuntimeError naming what is missing, nothing built."""
-  monkeypatch.setenv('FEDJAX_DRIFT_CACHE', str(tmp_path))
+  monkeypatch.setenv('FEDJAX_DRIFT_ONEDNN_CACHE', str(tmp_path))
   monkeypatch.setattr(onednn, 'find_onednn', lambda: None)
   if os.uname().machine.lower() in ('x86_64', 'amd64'):
     with pytest.raises(RuntimeError, match='not installed'):
@@ -353,6 +377,47 @@ def test_build_reports_why_without_onednn_or_compiler(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match='x86-64'):
       onednn.build()
   assert not os.listdir(tmp_path)
+
+
+def test_build_cache_is_its_own_variable_or_under_the_dataset_cache(monkeypatch, tmp_path):
+  monkeypatch.setenv('FEDJAX_DRIFT_ONEDNN_CACHE', str(tmp_path / 'shared'))
+  assert onednn.cache_dir() == str(tmp_path / 'shared')
+  monkeypatch.delenv('FEDJAX_DRIFT_ONEDNN_CACHE')
+  monkeypatch.setenv('FEDJAX_DRIFT_CACHE', str(tmp_path / 'cache'))
+  assert onednn.cache_dir() == str(tmp_path / 'cache' / 'onednn')
+
+
+@pytest.mark.skipif(os.uname().machine.lower() not in ('x86_64', 'amd64'), reason='x86-64 only')
+def test_concurrent_builders_compile_once_and_never_see_a_partial_file(monkeypatch, tmp_path):
+  """Four threads (each its own lock file handle, as separate processes have) build into one
+  directory: one compiles, the others wait and load its finished library."""
+  import threading  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('FEDJAX_DRIFT_ONEDNN_CACHE', str(tmp_path))
+  monkeypatch.setattr(onednn, 'find_onednn', lambda: ('/inc', '/lib'))
+  monkeypatch.setattr(onednn, '_compiler', lambda: 'g++')
+  monkeypatch.setattr(onednn, '_library_path', lambda *a: str(tmp_path / 'onednn_conv-x.so'))
+  compiled = []
+
+  def fake_compile(compiler, found, path):
+    del compiler, found
+    compiled.append(path)
+    with open(path + '.tmp', 'w') as f:  # written slowly, then renamed as _compile does
+      f.write('half')
+      time.sleep(0.2)
+      f.write(' and whole')
+    os.replace(path + '.tmp', path)
+
+  monkeypatch.setattr(onednn, '_compile', fake_compile)
+  paths = []
+  threads = [threading.Thread(target=lambda: paths.append(onednn.build())) for _ in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert compiled == [str(tmp_path / 'onednn_conv-x.so')]
+  assert paths == compiled * 4
+  assert open(paths[0]).read() == 'half and whole'
 
 
 # --- the benchmark's comparison ------------------------------------------------------------------

@@ -74,11 +74,12 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
   zoo.WithProjection); `features` then returns (logits, projection). projection_hidden is its
   hidden width (0 = the base model's feature width). conv_impl (auto, im2col, lax, onednn; see
   models/layers.py) picks how convolutions are computed; auto resolves now, for the default
-  backend: im2col on CPU, lax.conv on GPU/TPU. dropout (-1 = the model's rates, 0 = off, p =
-  every rate p), gn_groups and gn_group_size (GroupNorm groups, or channels per group; 0 = the
-  model's rule) are --dropout, --gn_groups and --gn_group_size, refused by models without such
-  layers. Models named *_bn have BatchNorm: their params are {'params', 'batch_stats'}.
-  Text models (family 'text', models/text.py) take int32 [2, L] inputs (token ids, attention
+  backend: oneDNN on CPU where its extension builds (else im2col), lax.conv on GPU/TPU.
+  dropout (-1 = the model's rates, 0 = off, p = every rate p), gn_groups and gn_group_size
+  (GroupNorm groups, or channels per group; 0 = the model's rule) are --dropout, --gn_groups
+  and --gn_group_size, refused by models without such layers. Models named *_bn have
+  BatchNorm: their params are {'params', 'batch_stats'}. Text models (family 'text',
+  models/text.py) take int32 [2, L] inputs (token ids, attention
   mask) and need the tokenizer's `vocab_size` (Dataset.vocab_size); `pretrained`
   (--pretrained, distilbert only) is a Hugging Face checkpoint folder whose weights init puts
   in place of the random ones.
@@ -86,7 +87,6 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
   if conv_impl not in layers.CONV_IMPLS:
     raise UserError(f'--conv_impl={conv_impl} is unknown; use one of '
                     f'{", ".join(layers.CONV_IMPLS)}')
-  conv_impl = layers.resolve_conv_impl(conv_impl)
   if name not in MODELS:
     raise UserError(f'--model={name} is unknown; use one of {", ".join(MODELS)}'
                     f'{did_you_mean(name, MODELS)}')
@@ -95,6 +95,8 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
   if projection_hidden < 0:
     raise UserError(f'--projection_hidden={projection_hidden} must be >= 0')
   ctor, family = MODELS[name]
+  # Only a model with convolutions builds or loads the oneDNN extension for `auto`.
+  conv_impl = layers.resolve_conv_impl(conv_impl, convolves=family == 'conv')
   if family == 'conv' and len(input_shape) != 3:
     raise UserError(f'--model={name} needs images [H, W, C]; the data has shape {input_shape}')
   text_args = _text_args(name, family, input_shape, vocab_size, pretrained, init)

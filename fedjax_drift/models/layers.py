@@ -11,19 +11,21 @@ transposed (`conv2d_few_channels`).
 
 On GPU and TPU the native convolution (cuDNN, the TPU's MXU) is the better choice, so the
 convolution is selectable (`--conv_impl`):
-  im2col  patches + one GEMM (the CPU default)
+  im2col  patches + one GEMM (the CPU fallback)
   lax     `lax.conv_general_dilated` (the GPU/TPU default)
   onednn  oneDNN's convolution primitives as XLA custom calls (CPU; models/onednn.py), where
           the extension builds; elsewhere the run says so in one line and uses im2col (CPU)
           or lax (GPU/TPU)
-  auto    im2col on CPU, lax elsewhere (`resolve_conv_impl`; AUTO_ONEDNN switches CPU to onednn)
+  auto    onednn on CPUs where the extension builds (x86-64 Linux with `pip install
+          ".[onednn]"` and g++), else im2col, saying why once; lax on GPU/TPU
+          (`resolve_conv_impl`): the interleaved bench (benchmarks/bench.py) measured onednn
+          faster than im2col and the torch loop on the MNIST and CIFAR CNNs (README)
 A `Conv` uses its own `impl` if set, else the one of the enclosing `conv_impl(...)` scope;
 `models.get(..., conv_impl=...)` opens that scope around every init/apply, so model classes
 need not pass the choice down and the engine never sees it.
 """
 import contextlib
 import contextvars
-import platform
 import sys
 from typing import Any, Optional
 
@@ -35,10 +37,6 @@ from fedjax_drift.models import onednn
 
 CONV_IMPLS = ('auto', 'im2col', 'lax', 'onednn')
 _CONV_IMPL = contextvars.ContextVar('conv_impl', default='im2col')
-# Whether `auto` picks oneDNN on x86 CPUs when the extension builds. False until the
-# interleaved bench against the torch loop (benchmarks/bench.py) shows it faster: this is the
-# one line to change then.
-AUTO_ONEDNN = False
 _said = set()  # fallback notes already printed by this process
 
 
@@ -49,28 +47,33 @@ def _say_once(line):
     print(line, file=sys.stderr, flush=True)
 
 
-def resolve_conv_impl(impl='auto', backend=None):
+def resolve_conv_impl(impl='auto', backend=None, convolves=True):
   """The implementation to use for `impl` on `backend` (default jax.default_backend()).
 
-  'auto' -> 'im2col' on CPU ('onednn' on x86 CPUs when AUTO_ONEDNN and the extension is
-  available), 'lax' on GPU/TPU. 'onednn' where its extension cannot run -> the CPU's or the
-  accelerator's pure-JAX choice, with one line on stderr saying why.
+  'auto' -> 'onednn' on CPU where its extension is available (built on first use), else
+  'im2col', saying why in one line; 'lax' on GPU/TPU. 'onednn' where its extension cannot run
+  -> the CPU's or the accelerator's pure-JAX choice, with one line on stderr saying why.
+  convolves=False (a model without convolutions): 'auto' -> the pure-JAX choice without
+  building or loading the extension (nothing would use it).
   """
   if impl not in CONV_IMPLS:
     raise ValueError(f'conv_impl must be one of {", ".join(CONV_IMPLS)}, got {impl!r}')
   backend = backend or jax.default_backend()
   fallback = 'im2col' if backend == 'cpu' else 'lax'
-  wants_onednn = impl == 'onednn' or (impl == 'auto' and AUTO_ONEDNN and backend == 'cpu' and
-                                      platform.machine().lower() in ('x86_64', 'amd64'))
-  if not wants_onednn:
-    return fallback if impl == 'auto' else impl
+  if impl in ('im2col', 'lax'):
+    return impl
+  if impl == 'auto' and (backend != 'cpu' or not convolves):
+    return fallback
   if backend != 'cpu':
     reason = f'oneDNN convolutions run on the CPU backend only, not {backend}'
-  else:
+  else:  # onednn.build says why not on other CPUs (x86-64 Linux only) or without oneDNN/g++
     reason = '' if onednn.available() else onednn.unavailable_reason()
   if not reason:
     return 'onednn'
-  _say_once(f'--conv_impl={impl}: {reason}; using {fallback}')
+  if impl == 'auto':  # the documented fallback, not a mistake: a note, not a warning
+    _say_once(f'--conv_impl=auto: oneDNN extension unavailable ({reason}); using {fallback}')
+  else:
+    _say_once(f'--conv_impl={impl}: {reason}; using {fallback}')
   return fallback
 
 

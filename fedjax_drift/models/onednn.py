@@ -4,12 +4,15 @@ The torch loop this project is measured against runs its convolutions through on
 own convolution GEMMs reach less of the CPU's peak (benchmarks/, issue 23). This module calls
 oneDNN's forward, backward-data and backward-weights convolutions directly:
 
-- `onednn_conv.cc` (beside this file) is compiled on first use with g++ into
-  CACHE/onednn/ (CACHE is $FEDJAX_DRIFT_CACHE, by default ~/.cache/fedjax_drift), against the
-  headers and libdnnl.so of the `onednn-cpu-gomp` / `onednn-devel-cpu-gomp` wheels
-  (`pip install ".[onednn]"`) and the XLA FFI headers jaxlib ships. The library is named by a
-  hash of everything it was built from, so a new jaxlib, oneDNN or source builds anew; the core
-  install needs neither a compiler nor oneDNN.
+- `onednn_conv.cc` (beside this file) is compiled on first use with g++ into `cache_dir()`
+  ($FEDJAX_DRIFT_ONEDNN_CACHE, else $FEDJAX_DRIFT_CACHE/onednn, by default
+  ~/.cache/fedjax_drift/onednn), against the headers and libdnnl.so of the `onednn-cpu-gomp` /
+  `onednn-devel-cpu-gomp` wheels (`pip install ".[onednn]"`) and the XLA FFI headers jaxlib
+  ships. The library is named by a hash of everything it was built from, so a new jaxlib,
+  oneDNN or source builds anew, and one directory can serve any number of processes (the tests
+  share one per session): a build holds a lock on the directory, so concurrent processes
+  compile once, and it is written under a temporary name and renamed, so no process ever
+  loads a partial file. The core install needs neither a compiler nor oneDNN.
 - `conv(x, kernel, strides, padding)` is a `jax.custom_vjp` whose forward and both gradients
   are custom calls (and so are their own gradients), so it works under jit, grad, lax.scan and
   vmap. Under vmap the calls get the vmapped axes as leading axes (`vmap_method=
@@ -52,7 +55,14 @@ _state = {}  # 'lib': the loaded library, or 'reason': why there is none
 
 
 def cache_dir():
-  """CACHE/onednn, CACHE = $FEDJAX_DRIFT_CACHE or ~/.cache/fedjax_drift (as data/sources.py)."""
+  """Where the extension is built: $FEDJAX_DRIFT_ONEDNN_CACHE if set, else CACHE/onednn with
+  CACHE = $FEDJAX_DRIFT_CACHE or ~/.cache/fedjax_drift (as data/sources.py).
+
+  A directory of its own lets processes with separate dataset caches (the tests' hermetic
+  ones) share one build.
+  """
+  if os.environ.get('FEDJAX_DRIFT_ONEDNN_CACHE'):
+    return os.environ['FEDJAX_DRIFT_ONEDNN_CACHE']
   root = os.environ.get('FEDJAX_DRIFT_CACHE',
                         os.path.join(os.path.expanduser('~'), '.cache', 'fedjax_drift'))
   return os.path.join(root, 'onednn')
@@ -88,7 +98,7 @@ def build_command(compiler, include, libdir, out):
 
 
 def _library_path(compiler, include, libdir):
-  """CACHE/onednn/onednn_conv-HASH.so, HASH over the source and what it is built against."""
+  """cache_dir()/onednn_conv-HASH.so, HASH over the source and what it is built against."""
   h = hashlib.sha256()
   with open(SOURCE, 'rb') as f:
     h.update(f.read())
@@ -115,6 +125,18 @@ def build():
   if os.path.exists(path):
     return path
   os.makedirs(os.path.dirname(path), exist_ok=True)
+  import fcntl  # pylint: disable=g-import-not-at-top  (POSIX only; this is Linux, see above)
+  # One builder at a time per directory (the others wait, then find the library built), so
+  # concurrent processes do not each spend the compile on a 2-core machine.
+  with open(os.path.join(os.path.dirname(path), '.build.lock'), 'w') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    if not os.path.exists(path):
+      _compile(compiler, found, path)
+  return path
+
+
+def _compile(compiler, found, path):
+  """Compiles the extension to `path`; raises RuntimeError with the compiler's last lines."""
   # Build under a temporary name, then rename: concurrent processes never load a partial file.
   fd, tmp = tempfile.mkstemp(suffix='.so', dir=os.path.dirname(path))
   os.close(fd)
@@ -129,7 +151,6 @@ def build():
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
-  return path
 
 
 def _load():
