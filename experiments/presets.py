@@ -79,12 +79,15 @@ CPU_DATA = {  # the paper's image data -> the embedded Fashion-MNIST subset (alw
 CPU_SEEDS = 3  # at least 3 seeds, so every table has a 95% interval
 CPU_ROUNDS = 30  # rounds are cut to at most this: the MLP on 6,000 images plateaus by then
 CPU_CLIENTS = 250  # at most this many clients: 5,400 training examples leave >= 21 each
+CPU_PROJECTION_HIDDEN = 32  # MOON's and FedGKD+'s projection head on logreg's 784 inputs
 CPU_WHY = {
     'dataset': 'the embedded Fashion-MNIST subset (6,000 train / 1,000 test, 28x28, 10 '
                'classes) instead of the paper\'s image data, so the tier runs anywhere in '
                'minutes (CIFAR-100\'s and EMNIST\'s label counts become 10)',
     'model': 'logistic regression (logreg; MOON and FedGKD+ add their projection head on '
-             'its input, as the paper adds one to its CNN), or the 2x200 MLP with BatchNorm '
+             f'its input, as the paper adds one to its CNN, {CPU_PROJECTION_HIDDEN} hidden '
+             'units wide: at the input\'s width, 784, the head cost 100x the model and '
+             'most of the tier\'s time), or the 2x200 MLP with BatchNorm '
              '(mlp_bn) where the paper\'s model has BatchNorm, instead of the paper\'s CNN/'
              'ResNet: one round of the grid must take seconds on 2 cores',
     'pipeline': 'no augmentation, normalisation, GroupNorm setting or dataset-specific label '
@@ -272,6 +275,8 @@ def cpu_values(values):
   out['rounds'] = min(values.get('rounds', CPU_ROUNDS), CPU_ROUNDS)
   out['eval_every'] = max(1, min(3, out['rounds']))
   out['num_clients'] = min(values.get('num_clients', CPU_CLIENTS), CPU_CLIENTS)
+  if 'projection_hidden' in out:  # a method with a projection head (MOON, FedGKD+)
+    out['projection_hidden'] = CPU_PROJECTION_HIDDEN
   if out.get('vote_val_size'):
     out['vote_val_size'] = round(out['vote_val_size'] * TRAIN_SIZE['embedded'] /
                                  TRAIN_SIZE.get(data, 50_000))
@@ -459,6 +464,59 @@ def run_method(config, sweep=True, log=lambda *_: None):
   return runs
 
 
+def _run_method_job(config, sweep):
+  """run_method in a worker process: ('ok', runs) or ('diverged', message); a UserError
+  comes back as ('error', message), so nothing but plain values crosses processes."""
+  try:
+    return 'ok', run_method(config, sweep)
+  except fedjax_drift.errors.DivergenceError as e:
+    return 'diverged', str(e)
+  except fedjax_drift.UserError as e:
+    return 'error', str(e)
+
+
+class _Later:
+  """A job run in this process when its result is first asked for."""
+
+  def __init__(self, config, sweep):
+    self.args, self.value = (config, sweep), None
+
+  def result(self):
+    if self.value is None:
+      self.value = _run_method_job(*self.args)
+    return self.value
+
+
+class Runner:
+  """Runs a preset's methods one after another (jobs=1), or `jobs` at a time in worker
+  processes: small models on a few cores spend most of a run in single-threaded work
+  (tracing, XLA compilation, plotting), which two processes overlap. Each method's runs
+  are the same programs on the same seeds either way, so the results are identical."""
+
+  def __init__(self, jobs=1):
+    if jobs < 1:
+      raise fedjax_drift.UserError(f'--jobs={jobs} must be at least 1')
+    self.jobs, self._pool = jobs, None
+
+  def submit(self, config, sweep):
+    """A future of _run_method_job(config, sweep): with jobs=1 it runs when its result is
+    asked for, else in the next free worker (jobs are taken in the order submitted)."""
+    if self.jobs == 1:
+      return _Later(config, sweep)
+    if self._pool is None:
+      import concurrent.futures  # pylint: disable=g-import-not-at-top
+      import multiprocessing  # pylint: disable=g-import-not-at-top
+      # spawn: a forked JAX process is not safe to use.
+      self._pool = concurrent.futures.ProcessPoolExecutor(
+          self.jobs, mp_context=multiprocessing.get_context('spawn'))
+    return self._pool.submit(_run_method_job, config, sweep)
+
+  def close(self):
+    if self._pool is not None:
+      self._pool.shutdown(cancel_futures=True)
+      self._pool = None
+
+
 def read_runs(run_dir, config):
   """[tables.Run] of a run directory written with `config` (tables.read_runs)."""
   return tables.read_runs(run_dir, list(parse_grid(config.grid)), config.seed)
@@ -509,10 +567,34 @@ def _split_values(preset, replace):
 
 def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out_root=None,
                only=None, overwrite=False, log=print, select_on='validation',
-               val_fraction=None):
+               val_fraction=None, runner=None):
   """Runs a preset's live runs; dataset/data_dir/rounds/seeds override it, `only` keeps some
-  methods; select_on/val_fraction choose the selection protocol (selection_overrides). A
-  preset with no live run is refused in one line naming what it needs."""
+  methods; select_on/val_fraction choose the selection protocol (selection_overrides);
+  runner (a Runner, default one method at a time) runs the methods. A preset with no live
+  run is refused in one line naming what it needs. Returns the results (results.json)."""
+  own = runner is None
+  runner = runner or Runner(1)
+  try:
+    return start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only,
+                        overwrite, log, select_on, val_fraction, runner)()
+  finally:
+    if own:
+      runner.close()
+
+
+def pending_line(name, mode, only=None, rows=None):
+  """Why a preset with no live run has none: 'not in the cpu tier: ...' or 'pending: ...'."""
+  rows = plan(name, mode, only) if rows is None else rows
+  if mode == 'cpu' and rows and all(r[5][0].startswith('not in the cpu tier') for r in rows):
+    return rows[0][5][0]
+  return f'pending: this build lacks {"; ".join(sorted(pending(name, mode, only)))}'
+
+
+def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, overwrite, log,
+                 select_on, val_fraction, runner):
+  """run_preset's checks, then its methods submitted to `runner`; returns finish(), which
+  waits for them and writes results.json, table.md and the curves (so `all` keeps every
+  worker busy across presets)."""
   preset = PRESETS[name]
   out_dir = out_root or default_out(name, mode)
   replace = {**({'dataset': dataset} if dataset else {}),
@@ -520,13 +602,8 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
              **selection_overrides(select_on, val_fraction)}
   rows = plan(name, mode, only, rounds, seeds, replace)
   live = [(s, m, to_config(v, g, n)) for s, m, v, g, n, r in rows if not r]
-  if not live and mode == 'cpu' and rows and all(
-      r[5][0].startswith('not in the cpu tier') for r in rows):
-    raise fedjax_drift.UserError(f'preset {name} is {rows[0][5][0]}')
   if not live:
-    needs = sorted(pending(name, mode, only))
-    raise fedjax_drift.UserError(f'preset {name} is pending: this build lacks '
-                                 f'{"; ".join(needs)}')
+    raise fedjax_drift.UserError(f'preset {name} is {pending_line(name, mode, only, rows)}')
   check_out(out_dir, overwrite)
   for ds, dd in {(c.dataset, c.data_dir) for _, _, c in live}:
     try:
@@ -546,15 +623,25 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
              'references': tables.reference_methods(
                  {label: m['algo'] for label, m in preset['methods'].items()
                   if not only or label in only}, preset['paper'])}
+  live = [(scenario, label, dataclasses.replace(
+      config, progress=False, overwrite=OVERWRITE, out=os.path.join(
+          out_dir, 'runs', f'{scenario}-{label}'.replace(' ', '_').replace('/', '_'))))
+          for scenario, label, config in live]
+  futures = [runner.submit(c, preset['methods'][label]['sweep']) for _, label, c in live]
+  return lambda: _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir,
+                                results, live, [f.result() for f in futures])
+
+
+def _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir, results, live,
+                   done):
+  """run_preset's tables from its methods' outcomes `done` (Runner jobs, in `live`'s order)."""
   at = preset['report_rounds']
-  for scenario, label, config in live:
-    config = dataclasses.replace(config, progress=False, overwrite=OVERWRITE, out=os.path.join(
-        out_dir, 'runs', f'{scenario}-{label}'.replace(' ', '_').replace('/', '_')))
-    try:
-      runs = run_method(config, sweep=preset['methods'][label]['sweep'])
-    except fedjax_drift.errors.DivergenceError as e:  # a method diverging everywhere is a result
-      results.setdefault('diverged', []).append(f'{label} @ {scenario}: {e}')
-      log(f'[{name}/{scenario}] {label}: every run diverged ({e})')
+  for (scenario, label, config), (status, runs) in zip(live, done):
+    if status == 'error':
+      raise fedjax_drift.UserError(runs)
+    if status == 'diverged':  # a method diverging everywhere is a result
+      results.setdefault('diverged', []).append(f'{label} @ {scenario}: {runs}')
+      log(f'[{name}/{scenario}] {label}: every run diverged ({runs})')
       continue
     points = summarise(runs, config.rounds, config.target_accuracy, at)
     on = select_on if config.has_validation else 'test'
@@ -789,6 +876,9 @@ def main():
   parser.add_argument('--val_fraction', type=float, default=None,
                       help=f'validation share (default {SELECTION["val_fraction"]:g}, or the '
                       'preset\'s own; 0 with --select_on=test)')
+  parser.add_argument('--jobs', type=int, default=1,
+                      help='methods run at a time, each in its own process (results are the '
+                      'same; 2 on a 2-core CPU overlaps compilation and plotting)')
   parser.add_argument('--show', action='store_true', help='print the settings table only')
   parser.add_argument('--list', action='store_true', help='list the experiments and presets')
   parser.add_argument('--write_doc', action='store_true', help=f'rewrite {DOC}')
@@ -801,7 +891,9 @@ def main():
     return 0
   names = list(PRESETS) if args.preset == 'all' else [args.preset]
   only = tuple(x.strip() for x in args.only.split(',') if x.strip()) or None
+  runner = None
   try:
+    runner, finishing = Runner(args.jobs), []
     for name in names:
       if only and not set(only) <= set(PRESETS[name]['methods']):
         raise fedjax_drift.UserError(f'--only: {name} has no method '
@@ -809,14 +901,22 @@ def main():
       if args.show:
         print(settings_table(name, args.mode, args.rounds or None, args.seeds or None))
         continue
+      if len(names) > 1 and not configs(name, args.mode):  # `all`: say why, go on
+        print(f'{name}: skipped, {pending_line(name, args.mode)}')
+        continue
       out = args.out if len(names) == 1 else os.path.join(args.out, f'{name}-{args.mode}')
-      run_preset(name, args.mode, args.data_dir, args.dataset, args.rounds or None,
-                 args.seeds or None, out_root=(out if args.out else None), only=only,
-                 overwrite=args.overwrite, select_on=args.select_on,
-                 val_fraction=args.val_fraction)
+      finishing.append(start_preset(
+          name, args.mode, args.data_dir, args.dataset, args.rounds or None,
+          args.seeds or None, out if args.out else None, only, args.overwrite, print,
+          args.select_on, args.val_fraction, runner))
+    for finish in finishing:
+      finish()
   except fedjax_drift.UserError as e:
     sys.stderr.write(f'error: {e}\n')
     return 2
+  finally:
+    if runner is not None:
+      runner.close()
   return 0
 
 

@@ -156,11 +156,15 @@ def plot_partition(path, label_hist, title, max_clients=100):
   hist = np.asarray(label_hist)[:max_clients]
   fig, ax = plt.subplots(figsize=(max(6, 0.12 * len(hist)), 4))
   bottom = np.zeros(len(hist))
+  edges = np.arange(len(hist) + 1) - 0.5
   cmap = plt.get_cmap('tab10' if hist.shape[1] <= 10 else 'tab20')
-  for c in range(hist.shape[1]):
-    ax.bar(np.arange(len(hist)), hist[:, c], bottom=bottom, width=0.9,
-           color=cmap(c % cmap.N), label=str(c))
-    bottom += hist[:, c]
+  for c in range(hist.shape[1]):  # one filled step patch per label, not one bar per client:
+    top = bottom + hist[:, c]     # 100 clients x 10 labels were 1,000 artists and seconds
+    ax.stairs(top, edges, baseline=bottom, fill=True, color=cmap(c % cmap.N), label=str(c),
+              lw=0)
+    bottom = top
+  ax.set_xlim(edges[0], edges[-1])
+  ax.set_ylim(0, max(float(bottom.max()), 1.0) * 1.02)
   ax.set_xlabel('client' + (f' (first {max_clients})' if len(label_hist) > max_clients else ''))
   ax.set_ylabel('examples')
   ax.set_title(title)

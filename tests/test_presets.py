@@ -297,3 +297,30 @@ def test_full_preset_builds_on_tiny_official_files(name, scen, label, tmp_path):
     small = dataclasses.replace(small, pretrained=write_tiny_distilbert(str(tmp_path / 'ckpt')))
   built = study.build(small.validate())
   assert built.experiments and built.state is not None
+
+
+def _preset_cli(*args, timeout=600):
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'experiments', 'presets.py'), *args],
+                        capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_jobs_run_methods_in_worker_processes_with_the_same_results(tmp_path):
+  """--jobs=2 runs FedADC's cohort preset's two methods side by side: same results.json
+  numbers as one at a time (the same programs on the same seeds)."""
+  args = ['fedadc_cohort', '--mode=cpu', '--rounds=2', '--seeds=2']
+  one = _preset_cli(*args, f'--out={tmp_path / "one"}')
+  two = _preset_cli(*args, '--jobs=2', f'--out={tmp_path / "two"}')
+  assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+  import json  # pylint: disable=g-import-not-at-top
+  a, b = (json.load(open(tmp_path / d / 'results.json')) for d in ('one', 'two'))
+  strip = lambda res: {s: [{k: v for k, v in r.items() if k != 'config'} for r in rows]
+                       for s, rows in res['scenarios'].items()}
+  assert strip(a) == strip(b) and len(a['scenarios']) >= 1
+
+
+def test_all_skips_presets_with_no_live_run_and_jobs_below_one_is_refused(tmp_path):
+  proc = _preset_cli('all', '--mode=cpu', '--jobs=0', f'--out={tmp_path}', timeout=120)
+  assert proc.returncode == 2 and proc.stderr.strip() == 'error: --jobs=0 must be at least 1'
+  assert presets.pending_line('fedgkd_text', 'cpu').startswith('not in the cpu tier: text')
+  assert presets.pending_line('fedgkd_toy', 'cpu').startswith('pending: this build lacks')
