@@ -330,6 +330,13 @@ def memory_section(args, tmp):
         out[f'validate:{args.validate_gb:g}'] = largest_fitting(
             need, lo, n_train, args.validate_gb * 1e9, args.tol, known)
       out['bytes_by_n'] = {str(n): b for n, b in sorted(known.items())}
+      for found in out.values():  # which of the run's two checks refuses the next size
+        if isinstance(found, dict) and found.get('smallest_over'):
+          over = next(p for p in row['probes']
+                      if p['kind'] == kind and p['n'] == found['smallest_over'])
+          found['binding'] = ('preflight (data, state and client tables from shapes)'
+                              if over['preflight_gb'] > over['xla_gb'] else
+                              'XLA\'s estimate for one segment')
     row['validation'] = validate(row, base, args, tmp)
     if row['validation'] and 'peak_rss_gb' in row['validation']:
       row['validation']['peak_above_baseline_gb'] = row['validation']['peak_rss_gb'] - floor
@@ -435,6 +442,62 @@ def compile_section(args, _):
               reps=args.reps, runs=runs, per_length=per_length, fit=fit)
 
 
+# ---------------------------------------------------------------------------- reports
+
+
+def _range(s, spec):
+  """'median [min–max]' of a spread() dict."""
+  return (f'{s["median"]:{spec}}' if s['n'] == 1 else
+          f'{s["median"]:{spec}} [{s["min"]:{spec}}–{s["max"]:{spec}}]')
+
+
+def _limit(found):
+  """A search result as the README states it."""
+  if found['largest_fit'] is None:
+    return f'none (K or N = {found["smallest_over"]:,} is over)'
+  if found['capped']:
+    return f'>= {found["largest_fit"]:,} (every example its own client)'
+  return f'{found["largest_fit"]:,} (< {found["smallest_over"]:,})'
+
+
+def markdown(section, result):
+  """The section's README table from its result."""
+  if section == 'memory':
+    budgets = [f'{b:g}' for b in result['budgets_gb']]
+    algos = sorted({a for row in result['models'] for a in row['clients']})
+    head = ['model'] + [f'largest K, {s}, {b} GB' for b in budgets for s in STRATEGIES] + [
+        f'largest N, {a}, K={result["state_cohort"]}, {b} GB' for b in budgets for a in algos
+    ] + ['checked: K vmapped', 'XLA estimate GB', 'peak RSS GB']
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+    for row in result['models']:
+      check = row['validation'] or {}
+      cells = [row['model']] + [_limit(row['cohort'][s][b]) for b in budgets
+                                for s in STRATEGIES]
+      cells += [_limit(row['clients'][a][b]) for b in budgets for a in algos]
+      cells += ([f'{check["clients_per_round"]:,}', f'{check["run_xla_estimate_gb"]:.2f}',
+                 f'{check["peak_rss_gb"]:.2f}'] if 'peak_rss_gb' in check else ['–'] * 3)
+      lines.append('| ' + ' | '.join(cells) + ' |')
+    return '\n'.join(lines + [f'(peak RSS of a process that only imports JAX and the '
+                               f'package: {result["baseline_rss_gb"]:.2f} GB)'])
+  if section == 'rounds':
+    lines = ['| K | s/round, median [min–max] | s/round/K |', '|---|---|---|']
+    lines += [f'| {p["k"]} | {_range(p["seconds_per_round"], ".3f")} | '
+              f'{p["seconds_per_round_per_client"]["median"]:.4f} |' for p in result['per_k']]
+    fit = result['fit']
+    if fit:
+      lines.append(f'line: s = {fit["intercept_s"]:.3f} + {fit["slope_s"]:.4f} K, '
+                   f'R^2 = {fit["r2"]:.4f}')
+    return '\n'.join(lines)
+  lines = ['| --eval_every | lower s | compile s |', '|---|---|---|']
+  lines += [f'| {p["eval_every"]} | {_range(p["lower_s"], ".2f")} | '
+            f'{_range(p["compile_s"], ".2f")} |' for p in result['per_length']]
+  fit = result['fit']
+  if fit:
+    lines.append(f'line: compile s = {fit["intercept_s"]:.2f} + {fit["slope_s"]:.4f} '
+                 f'x rounds per segment, R^2 = {fit["r2"]:.3f}')
+  return '\n'.join(lines)
+
+
 # ------------------------------------------------------------------------------- main
 
 
@@ -493,7 +556,7 @@ def main(argv=None):
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   with open(out, 'w') as f:
     json.dump(record, f, indent=1)
-  print(out)
+  print('\n' + markdown(args.section, record['result']) + f'\n\nraw results: {out}')
 
 
 def _dirty():

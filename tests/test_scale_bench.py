@@ -86,6 +86,7 @@ def _quick(section, tmp_path, *flags):
   done = subprocess.run([sys.executable, SCALE, section, '--quick', f'--out={out}', *flags],
                         capture_output=True, text=True, cwd=ROOT, timeout=900)
   assert done.returncode == 0, done.stderr[-3000:]
+  assert f'raw results: {out}' in done.stdout and '|---|' in done.stdout  # the README table
   record = json.loads(out.read_text())
   assert record['section'] == section and record['quick'] is True
   host = record['host']
@@ -115,6 +116,7 @@ def test_quick_memory_fits_grow_with_the_budget_and_a_round_runs(tmp_path):
       assert bytes_by_n[found['largest_fit']] <= budget
       if not found['capped']:
         assert bytes_by_n[found['smallest_over']] > budget
+        assert found['binding'].startswith(('preflight', 'XLA'))
   probes = row['probes']
   assert all(p['xla_gb'] > 0 and p['preflight_gb'] > 0 and p['compile_s'] > 0 for p in probes)
   assert {p['kind'] for p in probes} == {'cohort-sequential', 'cohort-vmap', 'clients-scaffold'}
