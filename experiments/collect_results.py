@@ -52,8 +52,9 @@ preset's reported metric (named above each table) ranks the rows. Paired differe
 each method with FedAvg and with the paper's own method over the same seeds (same partition,
 validation split and initial model); "within noise" means the interval contains 0.
 
-**Wall times** were measured on a 2-core machine shared with other jobs (its load average is
-given), so they are upper bounds of what the tier takes on a quiet machine.
+**Wall times** are the runner's own (`provenance.json`, written by `experiments/presets.py`
+with the commit and command), with the machine's load average at the start and end: a load
+above the core count means other jobs shared the machine and the times are upper bounds.
 """
 
 
@@ -77,10 +78,11 @@ def section(directory, results, prov):
   rel = os.path.relpath(directory, ROOT)
   lines = [f'## `{results["preset"]}` ({results["mode"]} tier): {results["title"]}', '',
            f'Paper: {results["paper"]}. Tier `{results["mode"]}`, run {results["date"]} on '
-           f'commit `{prov["commit"]}`. Command: `{prov["command"]}`. Reported metric: '
-           f'{tables.HEADERS.get(results["metric"], results["metric"])}. Wall time '
-           f'{prov["wall_s"] / 60:.1f} min on {prov["machine"]} (load average '
-           f'{prov["load_start"]} at the start, {prov["load_end"]} at the end; an upper bound). '
+           f'commit `{prov["commit"]}`'
+           f'{"" if prov.get("checkout", "clean") == "clean" else " plus uncommitted changes"}'
+           f'. Command: '
+           f'`{prov["command"]}`. Reported metric: '
+           f'{tables.HEADERS.get(results["metric"], results["metric"])}. {_timing(prov)} '
            f'Raw results: [{rel}/]({rel}/).', '']
   table = tables.markdown(results)
   lines.append(table.split('\n', 1)[1].lstrip('\n'))  # the section title replaces its heading
@@ -89,6 +91,17 @@ def section(directory, results, prov):
   if plots:
     lines.append('Plots: ' + ', '.join(f'[{p}]({rel}/{p})' for p in plots) + '\n')
   return '\n'.join(lines)
+
+
+def _timing(prov):
+  """When the preset finished, in a command that may have run several presets at once."""
+  whole = (f'The command ran {prov["presets_in_command"]} presets, {prov["jobs"]} method(s) '
+           f'at a time, in {prov["wall_s"] / 60:.1f} min; this one finished '
+           f'{prov["finished_after_s"] / 60:.1f} min into it'
+           if prov.get('presets_in_command', 1) > 1
+           else f'Wall time {prov["wall_s"] / 60:.1f} min')
+  return (f'{whole}, on a {prov["machine"]} (load average {prov["load_start"]} at the start, '
+          f'{prov["load_end"]} at the end).')
 
 
 def not_here(ran):

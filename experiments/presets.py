@@ -42,7 +42,9 @@ import copy
 import dataclasses
 import math
 import os
+import platform
 import shlex
+import subprocess
 import sys
 import time
 import tomllib
@@ -665,6 +667,35 @@ def _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir, r
   return results
 
 
+def write_provenance(out_dir, started, after_s, load_start, n_presets, jobs):
+  """OUT/provenance.json: the commit (with whether the checkout had changes), the command,
+  when this preset finished into it and the whole command's wall time, load averages and
+  the machine; experiments/collect_results.py prints them above the preset's tables."""
+  def git(*a):
+    try:
+      return subprocess.run(['git', '-C', ROOT, *a], capture_output=True, text=True,
+                            timeout=30).stdout.strip()
+    except OSError:
+      return ''
+  changed = git('status', '--porcelain', '--untracked-files=no')
+  report.write_json(os.path.join(out_dir, 'provenance.json'), {
+      'commit': git('rev-parse', '--short', 'HEAD') or 'unknown',
+      'checkout': 'with uncommitted changes' if changed else 'clean',
+      'command': shlex.join(['python', 'experiments/presets.py', *sys.argv[1:]]),
+      'presets_in_command': n_presets, 'jobs': jobs,
+      'finished_after_s': round(after_s), 'wall_s': round(time.time() - started),
+      'load_start': round(load_start, 2), 'load_end': round(os.getloadavg()[0], 2),
+      'machine': f'{os.cpu_count()}-core {platform.machine()} CPU, '
+                 f'{"no GPU" if jax_backend() == "cpu" else jax_backend()}',
+      'started_utc': time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(started)),
+      'finished_utc': time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())})
+
+
+def jax_backend():
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.default_backend()
+
+
 def _slug(text):
   return ''.join(c if c.isalnum() or c in '.=' else '_' for c in text)
 
@@ -891,7 +922,7 @@ def main():
     return 0
   names = list(PRESETS) if args.preset == 'all' else [args.preset]
   only = tuple(x.strip() for x in args.only.split(',') if x.strip()) or None
-  runner = None
+  runner, started, load = None, time.time(), os.getloadavg()[0]
   try:
     runner, finishing = Runner(args.jobs), []
     for name in names:
@@ -905,12 +936,17 @@ def main():
         print(f'{name}: skipped, {pending_line(name, args.mode)}')
         continue
       out = args.out if len(names) == 1 else os.path.join(args.out, f'{name}-{args.mode}')
-      finishing.append(start_preset(
+      out = out if args.out else default_out(name, args.mode)
+      finishing.append((out, start_preset(
           name, args.mode, args.data_dir, args.dataset, args.rounds or None,
-          args.seeds or None, out if args.out else None, only, args.overwrite, print,
-          args.select_on, args.val_fraction, runner))
-    for finish in finishing:
+          args.seeds or None, out, only, args.overwrite, print, args.select_on,
+          args.val_fraction, runner)))
+    finished = []
+    for out, finish in finishing:
       finish()
+      finished.append((out, time.time() - started))
+    for out, after in finished:  # the whole command's time is known only now
+      write_provenance(out, started, after, load, len(finished), args.jobs)
   except fedjax_drift.UserError as e:
     sys.stderr.write(f'error: {e}\n')
     return 2
