@@ -125,7 +125,7 @@ def probe(flags):
   from fedjax_drift import engine, simulation  # pylint: disable=g-import-not-at-top
   study, shapes, preflight, table = build_abstract(flags)
   start = time.perf_counter()
-  compiled = engine.make_segment(study.step, flags.get('eval_every', 5)).lower(
+  compiled = engine.make_segment(study.step, study.config.eval_every).lower(
       *shapes, jnp.int32(1)).compile()
   xla = simulation.estimated_memory(compiled)
   exp = study.experiments[0]
@@ -388,7 +388,7 @@ def validate(row, base, args, tmp):
 
 def rounds_section(args, tmp):
   """Seconds per round against K, interleaved over repetitions, with the line through them."""
-  n_train, n_test, shape = DATA['tiny' if args.quick else 'mnist']
+  n_train, n_test, shape = DATA[dataset_for(args.model, args.quick)]
   npz = synthetic_npz(os.path.join(tmp, 'rounds.npz'), n_train, n_test, shape)
   ks = [int(k) for k in args.ks.split(',')]
   runs = []
