@@ -319,24 +319,9 @@ def memory_section(args, tmp):
                   args.state_cohort, row['clients'].setdefault(a, {}))
                  for a in args.state_algos.split(',') if a]
     for kind, fixed, lo, out in searches:
-      known, need = {}, need_fn(kind, **fixed)
-      # The smallest realistic setting first (K = N = 10): its bytes are the line's base.
-      start = min(max(lo, 10), n_train)
-      if start not in known:
-        known[start] = need(start)
-      for budget in sorted(budgets):
-        out[f'{budget:g}'] = largest_fitting(need, lo, n_train, budget * 1e9, args.tol, known)
-      if kind == 'cohort-vmap':
-        out[f'validate:{args.validate_gb:g}'] = largest_fitting(
-            need, lo, n_train, args.validate_gb * 1e9, args.tol, known)
-      out['bytes_by_n'] = {str(n): b for n, b in sorted(known.items())}
-      for found in out.values():  # which of the run's two checks refuses the next size
-        if isinstance(found, dict) and found.get('smallest_over'):
-          over = next(p for p in row['probes']
-                      if p['kind'] == kind and p['n'] == found['smallest_over'])
-          found['binding'] = ('preflight (data, state and client tables from shapes)'
-                              if over['preflight_gb'] > over['xla_gb'] else
-                              'XLA\'s estimate for one segment')
+      out.update(search(need_fn(kind, **fixed), lo, n_train, budgets, args,
+                        lambda kind=kind: [p for p in row['probes'] if p['kind'] == kind],
+                        validate_too=kind == 'cohort-vmap'))
     row['validation'] = validate(row, base, args, tmp)
     if row['validation'] and 'peak_rss_gb' in row['validation']:
       row['validation']['peak_above_baseline_gb'] = row['validation']['peak_rss_gb'] - floor
@@ -346,6 +331,27 @@ def memory_section(args, tmp):
   return dict(budgets_gb=budgets, tol=args.tol, validate_gb=args.validate_gb,
               state_cohort=args.state_cohort, H=H, B=B, baseline_rss_gb=floor,
               models=rows)
+
+
+def search(need, lo, cap, budgets, args, probes, validate_too):  # pylint: disable=too-many-arguments
+  """One quantity's limits: {BUDGET: largest_fitting(...), ['validate:GB': ...],
+  'bytes_by_n': {n: bytes}}, each limit naming which of the run's two checks refuses the
+  next size. probes: () -> the probes need() has recorded (read after the search)."""
+  known, out = {}, {}
+  known[min(max(lo, 10), cap)] = need(min(max(lo, 10), cap))  # K = N = 10: the line's base
+  for budget in sorted(budgets):
+    out[f'{budget:g}'] = largest_fitting(need, lo, cap, budget * 1e9, args.tol, known)
+  if validate_too:
+    out[f'validate:{args.validate_gb:g}'] = largest_fitting(
+        need, lo, cap, args.validate_gb * 1e9, args.tol, known)
+  for found in out.values():
+    if found['smallest_over']:
+      over = next(p for p in probes() if p['n'] == found['smallest_over'])
+      found['binding'] = ('preflight (data, state and client tables from shapes)'
+                          if over['preflight_gb'] > over['xla_gb'] else
+                          'XLA\'s estimate for one segment')
+  out['bytes_by_n'] = {str(n): b for n, b in sorted(known.items())}
+  return out
 
 
 def baseline_rss_gb():
