@@ -552,7 +552,9 @@ def main(argv=None):
       setattr(args, key, value)
   record = dict(section=args.section, quick=args.quick, host=bench.host_info(),
                 load_1min_at_start=os.getloadavg()[0])
-  record['host'].update(H=H, B=B, git_dirty=_dirty())
+  import jax  # pylint: disable=g-import-not-at-top
+  record['host'].update(H=H, B=B, git_dirty=_dirty(), backend=jax.default_backend(),
+                        memory_total_gb=_total_memory_gb())
   with tempfile.TemporaryDirectory() as tmp:
     record['result'] = {'memory': memory_section, 'rounds': rounds_section,
                         'compile': compile_section}[args.section](args, tmp)
@@ -562,6 +564,15 @@ def main(argv=None):
   with open(out, 'w') as f:
     json.dump(record, f, indent=1)
   print('\n' + markdown(args.section, record['result']) + f'\n\nraw results: {out}')
+
+
+def _total_memory_gb():
+  """The host's RAM (MemTotal), or None where /proc/meminfo is absent."""
+  try:
+    with open('/proc/meminfo') as f:
+      return next(int(l.split()[1]) / 1e6 for l in f if l.startswith('MemTotal:'))
+  except (OSError, StopIteration):
+    return None
 
 
 def _dirty():

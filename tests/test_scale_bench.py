@@ -92,6 +92,7 @@ def _quick(section, tmp_path, *flags):
   host = record['host']
   assert host['git_commit'] and host['cpu_count'] >= 1 and host['versions']['jax']
   assert isinstance(host['git_dirty'], bool) and record['load_1min_at_start'] >= 0
+  assert host['backend'] and host['memory_total_gb'] > 0 and host['H'] == 10
   return record['result']
 
 
