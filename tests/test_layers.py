@@ -8,7 +8,7 @@ from flax import linen as nn
 
 from fedjax_drift import config, models
 from fedjax_drift.errors import UserError
-from fedjax_drift.models import layers
+from fedjax_drift.models import layers, onednn
 
 TOL = dict(rtol=2e-4, atol=2e-5)
 
@@ -109,12 +109,14 @@ def test_models_equal_under_every_conv_impl(name, shape):
   chex.assert_trees_all_close(grads_a, grads_b, **TOL)
 
 
-def test_auto_picks_im2col_on_cpu_and_lax_on_accelerators():
-  assert layers.resolve_conv_impl('auto', 'cpu') == 'im2col'
+def test_auto_picks_onednn_or_im2col_on_cpu_and_lax_on_accelerators():
+  cpu = 'onednn' if onednn.available() else 'im2col'  # oneDNN where its extension builds
+  assert layers.resolve_conv_impl('auto', 'cpu') == cpu
   assert layers.resolve_conv_impl('auto', 'gpu') == 'lax'
   assert layers.resolve_conv_impl('auto', 'tpu') == 'lax'
   assert layers.resolve_conv_impl('lax', 'cpu') == 'lax'
-  expected = 'im2col' if jax.default_backend() == 'cpu' else 'lax'
+  assert layers.resolve_conv_impl('im2col', 'cpu') == 'im2col'
+  expected = cpu if jax.default_backend() == 'cpu' else 'lax'
   assert models.get('cnn_mnist', 10, (28, 28, 1)).conv_impl == expected
 
 
