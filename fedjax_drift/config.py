@@ -304,6 +304,11 @@ class Config:
                                'shapes before building) or XLA\'s estimate for one segment need '
                                'more than this (0 = 90% of what this process may use now: free '
                                'memory, cgroup limit, ulimit -v)', group='run')
+  compile_cache: str = _f('auto', "XLA's persistent compilation cache: auto = CACHE/xla (CACHE = "
+                          '$FEDJAX_DRIFT_CACHE or ~/.cache/fedjax_drift; a JAX_COMPILATION_CACHE_DIR '
+                          'you set wins), off, or a directory: programs compiled before (a rerun, a '
+                          'resume, a preset\'s methods on one model) are read, not compiled again',
+                          group='run')
   seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program', group='run')
   grid: str = _f('', "sweep float hyperparameters in the same program, e.g. "
                  "'lr:0.01,0.05;beta:0.8,0.9' with slowmo (the cartesian product; an axis "

@@ -30,7 +30,7 @@ import numpy as np
 
 from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, hardware, inputs,
                           interrupts, metrics, models, personalize, report, rundir, stats)
-from fedjax_drift import diagnostics
+from fedjax_drift import compile_cache, diagnostics
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -70,6 +70,7 @@ def run(config: Config, log=print) -> dict:
 def _run(config, log):
   t0 = time.perf_counter()
   config = distributed.setup(config, log)  # first: jax.distributed precedes any other JAX use
+  compile_cache.use(config.compile_cache)
   if not distributed.is_writer():  # several processes: process 0 speaks and writes
     log, config = (lambda *a, **k: None), dataclasses.replace(config, progress=False)
   config = inputs.absolutize(config)  # stored absolute: a resume elsewhere reads the same files
@@ -886,7 +887,7 @@ def _available_memory():
   return hardware.device_memory_bytes() or hardware.host_memory_available()
 
 
-RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out') + \
+RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out', 'compile_cache') + \
     distributed.LAUNCH_FLAGS  # how this launch spans processes, never taken from config.json
 
 

@@ -1,0 +1,56 @@
+"""XLA's persistent compilation cache for this tool's runs (`--compile_cache`).
+
+A preset or a sweep compiles many programs that are the same XLA program (every method's
+initialisation and evaluation on the same model and shapes), and a rerun or a resume compiles
+all of them again. JAX can keep compiled executables on disk, keyed by the program, its
+compile options, the jaxlib version and the devices, so a hit returns what compiling would
+have produced (results are bit-identical either way, tested).
+
+`auto` keeps them in CACHE/xla (CACHE = $FEDJAX_DRIFT_CACHE or ~/.cache/fedjax_drift, as the
+datasets and the oneDNN build), `off` compiles everything, a path uses that directory. A
+cache the user set up for JAX itself ($JAX_COMPILATION_CACHE_DIR) is left as it is under
+`auto`. The directory is the user's own: JAX trusts what it reads there (do not point it at a
+folder others can write).
+"""
+import os
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache
+
+# Entries are evicted least-recently-used above this size. Setting a size also makes JAX
+# lock the directory around reads and writes, so processes sharing it (presets --jobs, a
+# sweep's resume beside a run) never read an entry another is writing.
+MAX_BYTES = 2 << 30
+# Compiles quicker than this are not written: eager one-op programs would fill the cache.
+MIN_COMPILE_S = 0.1
+
+
+def directory(setting):
+  """The cache directory `setting` ('auto', 'off' or a path) names, or None for off."""
+  if setting == 'off':
+    return None
+  if setting != 'auto':
+    return os.path.abspath(os.path.expanduser(setting))
+  root = os.environ.get('FEDJAX_DRIFT_CACHE',
+                        os.path.join(os.path.expanduser('~'), '.cache', 'fedjax_drift'))
+  return os.path.join(root, 'xla')
+
+
+def use(setting):
+  """Points this process's compilation cache at `setting`'s directory (or turns it off);
+  returns the directory in use (None: off). JAX opens its cache once per process, so a
+  change of directory resets it first."""
+  if setting == 'auto' and os.environ.get('JAX_COMPILATION_CACHE_DIR'):
+    return os.environ['JAX_COMPILATION_CACHE_DIR']  # the user's own JAX set-up
+  path = directory(setting)
+  if path is None:
+    jax.config.update('jax_enable_compilation_cache', False)
+    return None
+  if jax.config.jax_compilation_cache_dir != path or not jax.config.jax_enable_compilation_cache:
+    compilation_cache.reset_cache()
+    jax.config.update('jax_enable_compilation_cache', True)
+    jax.config.update('jax_compilation_cache_max_size', MAX_BYTES)
+    jax.config.update('jax_persistent_cache_min_compile_time_secs', MIN_COMPILE_S)
+    jax.config.update('jax_persistent_cache_min_entry_size_bytes', -1)  # any size
+    compilation_cache.set_cache_dir(path)
+  return path
