@@ -33,7 +33,8 @@ def one_run(out):
   load = round(os.getloadavg()[0], 2)
   start = time.perf_counter()
   done = subprocess.run([sys.executable, '-c', CHILD.format(run=os.path.join(
-      ROOT, 'experiments', 'run.py')), f'--out={out}'], check=True, stdout=subprocess.DEVNULL,
+      ROOT, 'experiments', 'run.py')), f'--out={out}', '--compile_cache=off'],  # a first run
+                        check=True, stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE, text=True)
   wall = time.perf_counter() - start
   peak = int(done.stderr.rsplit('PEAK_RSS_KB=', 1)[1].split()[0])
