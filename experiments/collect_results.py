@@ -39,7 +39,7 @@ code's corrections) were removed, and stay in the git history.
 **Tier.** All tables here are of the `cpu` tier (`--mode=cpu`): each paper's methods,
 partition, clients per round, local work and full tuning grids, on the embedded 6,000-image
 Fashion-MNIST subset with logistic regression (a 2x200 MLP with BatchNorm where the paper's
-model has BatchNorm), at most 30 rounds, 3 seeds. They test the papers' *orderings* on a small
+model has BatchNorm), at most 20 rounds, 3 seeds. They test the papers' *orderings* on a small
 problem, not their numbers: a linear model on Fashion-MNIST is far from a CNN or ResNet on
 CIFAR. The `short` and `full` tiers (the papers' data and models) are for accelerators and
 have not been run here (see `experiments/PRESETS.md` for their estimated cost).
