@@ -520,10 +520,11 @@ def main(argv=None):
                       help='tiny sizes (over the size flags): a smoke test')
   parser.add_argument('--out', default='', help='result JSON (default: benchmarks/results/'
                       'scale-SECTION-DATE-TIME.json)')
-  parser.add_argument('--conv_impl', default='auto', help='the run flag, recorded')
+  parser.add_argument('--conv_impl', default='auto', choices=('auto', 'im2col', 'lax', 'onednn'),
+                      help="the run's --conv_impl; recorded with what it resolved to")
   parser.add_argument('--timeout', type=int, default=3600, help='seconds per process')
   memory = parser.add_argument_group('memory')
-  memory.add_argument('--models', default=MODELS)
+  memory.add_argument('--models', default=MODELS, help='comma list of --model names')
   memory.add_argument('--budget_gb', default='24', help='comma list of budgets in GB (1e9 B)')
   memory.add_argument('--tol', type=float, default=0.02,
                       help='bracket each answer to this relative width')
@@ -536,7 +537,8 @@ def main(argv=None):
   timing = parser.add_argument_group('rounds and compile')
   timing.add_argument('--model', default='cnn_mnist')
   timing.add_argument('--ks', default='10,100,500', help='rounds: cohort sizes K')
-  timing.add_argument('--client_parallelism', default='auto', help='rounds: the run flag')
+  timing.add_argument('--client_parallelism', default='auto',
+                      choices=('auto', 'vmap', 'sequential'), help="rounds: the run's flag")
   timing.add_argument('--lengths', default='1,10,100', help='compile: rounds per segment')
   timing.add_argument('--reps', type=int, default=3)
   timing.add_argument('--rounds', type=int, default=3, help='rounds: timed rounds per process')
@@ -547,6 +549,13 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.child:
     return child(args)
+  for flag, kind in (('budget_gb', float), ('ks', int), ('lengths', int)):
+    try:
+      values = [kind(v) for v in getattr(args, flag).split(',')]
+    except ValueError:
+      parser.error(f'--{flag}={getattr(args, flag)}: a comma list of positive numbers')
+    if min(values) <= 0:
+      parser.error(f'--{flag}={getattr(args, flag)}: a comma list of positive numbers')
   if args.quick:  # over any size flag given: a README command plus --quick stays tiny
     for key, value in QUICK[args.section].items():
       setattr(args, key, value)
@@ -555,9 +564,13 @@ def main(argv=None):
   import jax  # pylint: disable=g-import-not-at-top
   record['host'].update(H=H, B=B, git_dirty=_dirty(), backend=jax.default_backend(),
                         memory_total_gb=_total_memory_gb())
+  from fedjax_drift.errors import UserError  # pylint: disable=g-import-not-at-top
   with tempfile.TemporaryDirectory() as tmp:
-    record['result'] = {'memory': memory_section, 'rounds': rounds_section,
-                        'compile': compile_section}[args.section](args, tmp)
+    try:
+      record['result'] = {'memory': memory_section, 'rounds': rounds_section,
+                          'compile': compile_section}[args.section](args, tmp)
+    except UserError as e:  # a bad --models name, say: the run's own one line
+      sys.exit(f'error: {e}')
   out = args.out or os.path.join(ROOT, 'benchmarks', 'results', 'scale-{}-{}.json'.format(
       args.section, datetime.datetime.now().strftime('%Y-%m-%d-%H%M%S')))
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
