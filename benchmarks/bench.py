@@ -158,8 +158,10 @@ def run_engine(model_name, k, shape, chunk, args):
   data = federated.build(x, y, parts, 10)
   state = engine.init_state(algo, model.init(jax.random.key(0)), k, jax.random.key(1))
   schedule = engine.Schedule(B, H, 0)
+  # Compiled as a run compiles its segments (simulation._compile): with the engine's options.
   round_fn = jax.jit(engine.make_round(algo, schedule, H, k, 'examples', chunk),
-                     donate_argnums=0)
+                     donate_argnums=0,
+                     compiler_options=engine.compiler_options(model.family == 'conv') or None)
   t0 = time.perf_counter()
   compiled = round_fn.lower(state, data).compile()
   compile_s = time.perf_counter() - t0

@@ -157,8 +157,9 @@ def _compile(study: Study) -> Compiled:
   """Compiles the segment ahead of time and refuses what XLA says cannot fit."""
   cfg = study.config
   t = time.perf_counter()
+  options = engine.compiler_options(study.experiments[0].model.family == 'conv')
   segment = engine.make_segment(study.step, cfg.eval_every,
-                                distributed.segment_shardings(study)).lower(
+                                distributed.segment_shardings(study), options).lower(
       study.state, study.data, study.inputs, jnp.int32(1)).compile()
   compile_s = time.perf_counter() - t
   need = estimated_memory(segment)
