@@ -119,13 +119,20 @@ def build_abstract(flags):
   return box['study'], shapes, box['preflight'], box['table']
 
 
+def _options(study):
+  """The compile options a run of `study` uses (simulation._compile's)."""
+  from fedjax_drift import engine  # pylint: disable=g-import-not-at-top
+  return engine.compiler_options(study.experiments[0].model.family == 'conv')
+
+
 def probe(flags):
   """XLA's and the preflight's bytes for one segment of the run `flags`: compile only."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from fedjax_drift import engine, simulation  # pylint: disable=g-import-not-at-top
   study, shapes, preflight, table = build_abstract(flags)
   start = time.perf_counter()
-  compiled = engine.make_segment(study.step, study.config.eval_every).lower(
+  compiled = engine.make_segment(study.step, study.config.eval_every,
+                                 compiler_options=_options(study)).lower(
       *shapes, jnp.int32(1)).compile()
   xla = simulation.estimated_memory(compiled)
   exp = study.experiments[0]
@@ -217,8 +224,8 @@ def child_rounds(flags, rounds, min_seconds):
   study = distributed.place(study_lib.build(fedjax_drift.Config(**flags)))
   one = jnp.int32(1)
   start = time.perf_counter()
-  segment = engine.make_segment(study.step, 1).lower(study.state, study.data, study.inputs,
-                                                     one).compile()
+  segment = engine.make_segment(study.step, 1, compiler_options=_options(study)).lower(
+      study.state, study.data, study.inputs, one).compile()
   compile_s = time.perf_counter() - start
   state = segment(study.state, study.data, study.inputs, one)[0]  # warm-up
   jax.block_until_ready(state.params)
@@ -244,7 +251,8 @@ def child_compile(flags):
   jax.config.update('jax_enable_compilation_cache', False)  # a cache hit is no compile time
   study = study_lib.build(fedjax_drift.Config(**flags))
   start = time.perf_counter()
-  lowered = engine.make_segment(study.step, flags['eval_every']).lower(
+  lowered = engine.make_segment(study.step, flags['eval_every'],
+                                compiler_options=_options(study)).lower(
       study.state, study.data, study.inputs, jnp.int32(1))
   lowered_at = time.perf_counter()
   compiled = lowered.compile()
