@@ -95,7 +95,9 @@ def test_cpu_tier_keeps_methods_partition_participation_and_grids(name):
     assert [getattr(c, k) for k in CPU_KEEPS] == [getattr(f, k) for k in CPU_KEEPS], key
     assert c.dataset == 'embedded' and c.model in ('logreg', 'mlp_bn')
     assert c.seeds == presets.CPU_SEEDS >= 3 and c.rounds == min(f.rounds, presets.CPU_ROUNDS)
-    assert c.num_clients == min(f.num_clients, presets.CPU_CLIENTS)
+    assert c.num_clients == (f.num_clients if f.num_clients <= presets.CPU_CLIENTS else
+                             max(round(f.num_clients * 6_000 / presets.TRAIN_SIZE[f.dataset]),
+                                 f.clients_per_round))
   cuts = presets.cuts(name, 'cpu')
   assert any(x.startswith('dataset:') for x in cuts) and any(x.startswith('model:') for x in cuts)
 
