@@ -95,13 +95,21 @@ def section(directory, results, prov):
 
 def _timing(prov):
   """When the preset finished, in a command that may have run several presets at once."""
+  if prov.get('stopped'):
+    whole = (f'The command ({prov["presets_in_command"]} presets, {prov["jobs"]} methods at a '
+             f'time) was stopped after {prov["wall_s"] / 60:.1f} min of running; this one '
+             f'finished {prov["finished_after_s"] / 60:.1f} min into it')
+    note = f' {prov["note"]}' if prov.get('note') else ''
+    return (f'{whole}, on a {prov["machine"]} (load average {prov["load_start"]} at the start, '
+            f'{prov["load_end"]} at the end).{note}')
   whole = (f'The command ran {prov["presets_in_command"]} presets, {prov["jobs"]} method(s) '
            f'at a time, in {prov["wall_s"] / 60:.1f} min; this one finished '
            f'{prov["finished_after_s"] / 60:.1f} min into it'
            if prov.get('presets_in_command', 1) > 1
            else f'Wall time {prov["wall_s"] / 60:.1f} min')
+  note = f' {prov["note"]}' if prov.get('note') else ''
   return (f'{whole}, on a {prov["machine"]} (load average {prov["load_start"]} at the start, '
-          f'{prov["load_end"]} at the end).')
+          f'{prov["load_end"]} at the end).{note}')
 
 
 def not_here(ran):
