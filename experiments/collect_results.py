@@ -94,19 +94,19 @@ def section(directory, results, prov):
 
 
 def _timing(prov):
-  """When the preset finished, in a command that may have run several presets at once."""
+  """When the preset finished, in a command that may have run several presets at once (or
+  was stopped before it ran them all)."""
+  minutes = lambda key: f'{prov[key] / 60:.1f} min'
   if prov.get('stopped'):
     whole = (f'The command ({prov["presets_in_command"]} presets, {prov["jobs"]} methods at a '
-             f'time) was stopped after {prov["wall_s"] / 60:.1f} min of running; this one '
-             f'finished {prov["finished_after_s"] / 60:.1f} min into it')
-    note = f' {prov["note"]}' if prov.get('note') else ''
-    return (f'{whole}, on a {prov["machine"]} (load average {prov["load_start"]} at the start, '
-            f'{prov["load_end"]} at the end).{note}')
-  whole = (f'The command ran {prov["presets_in_command"]} presets, {prov["jobs"]} method(s) '
-           f'at a time, in {prov["wall_s"] / 60:.1f} min; this one finished '
-           f'{prov["finished_after_s"] / 60:.1f} min into it'
-           if prov.get('presets_in_command', 1) > 1
-           else f'Wall time {prov["wall_s"] / 60:.1f} min')
+             f'time) was stopped after {minutes("wall_s")} of running; this one finished '
+             f'{minutes("finished_after_s")} into it')
+  elif prov.get('presets_in_command', 1) > 1:
+    whole = (f'The command ran {prov["presets_in_command"]} presets, {prov["jobs"]} method(s) '
+             f'at a time, in {minutes("wall_s")}; this one finished '
+             f'{minutes("finished_after_s")} into it')
+  else:
+    whole = f'Wall time {minutes("wall_s")}'
   note = f' {prov["note"]}' if prov.get('note') else ''
   return (f'{whole}, on a {prov["machine"]} (load average {prov["load_start"]} at the start, '
           f'{prov["load_end"]} at the end).{note}')

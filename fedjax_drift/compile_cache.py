@@ -31,9 +31,8 @@ def directory(setting):
     return None
   if setting != 'auto':
     return os.path.abspath(os.path.expanduser(setting))
-  root = os.environ.get('FEDJAX_DRIFT_CACHE',
-                        os.path.join(os.path.expanduser('~'), '.cache', 'fedjax_drift'))
-  return os.path.join(root, 'xla')
+  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
+  return os.path.join(sources._cache_dir(), 'xla')  # pylint: disable=protected-access
 
 
 def use(setting):
