@@ -11,7 +11,8 @@ from helpers import tiny_config
 
 
 def _entries(path):
-  return sorted(f for f in os.listdir(path) if not f.endswith('-atime')) if os.path.isdir(
+  """The compiled programs JAX stored (its `*-cache` files; not its lock or access times)."""
+  return sorted(f for f in os.listdir(path) if f.endswith('-cache')) if os.path.isdir(
       path) else []
 
 
