@@ -88,6 +88,10 @@ CPU_ROUNDS = 20
 # Dirichlet(0.1) over 250 clients of 5,400 examples left a client empty in every draw.
 CPU_CLIENTS = 100
 CPU_PROJECTION_HIDDEN = 32  # MOON's and FedGKD+'s projection head on logreg's 784 inputs
+# FedGen's generator as the FedGen code sizes it for MNIST (utils/model_config.py GENERATORCONFIGS
+# 'mnist': hidden 256, noise 32): the papers' ResNet-sized ones (512/64, Tiny-ImageNet's 2048/2048)
+# cost 30-700x logreg per sample and made FedGen ~40% of the tier's time.
+CPU_GENERATOR = {'fedgen_hidden': 256, 'fedgen_noise_dim': 32}
 CPU_WHY = {
     'dataset': 'the embedded Fashion-MNIST subset (6,000 train / 1,000 test, 28x28, 10 '
                'classes) instead of the paper\'s image data, so the tier runs anywhere in '
@@ -100,6 +104,10 @@ CPU_WHY = {
              'ResNet: one round of the grid must take seconds on 2 cores',
     'pipeline': 'no augmentation, normalisation, GroupNorm setting or dataset-specific label '
                 'option: they belong to the paper\'s colour images and convolutional models',
+    'generator': 'FedGen\'s generator at the FedGen code\'s size for MNIST (hidden '
+                 f'{CPU_GENERATOR["fedgen_hidden"]}, noise {CPU_GENERATOR["fedgen_noise_dim"]}; '
+                 'its GENERATORCONFIGS \'mnist\') instead of the ResNet-sized one (512/64, '
+                 '2048/2048 on Tiny-ImageNet): on logreg those cost 30-700x the model per sample',
     'rounds': f'at most {CPU_ROUNDS} rounds, evaluated every 3',
     'seeds': f'{CPU_SEEDS} seeds',
     'clients': f'populations over {CPU_CLIENTS} clients scaled by 6,000 / the paper\'s '
@@ -287,6 +295,8 @@ def cpu_values(values):
   out['num_clients'] = cpu_clients(values, data)
   if 'projection_hidden' in out:  # a method with a projection head (MOON, FedGKD+)
     out['projection_hidden'] = CPU_PROJECTION_HIDDEN
+  if 'fedgen_hidden' in out:  # FedGen's generator
+    out.update(CPU_GENERATOR)
   if out.get('vote_val_size'):
     out['vote_val_size'] = round(out['vote_val_size'] * TRAIN_SIZE['embedded'] /
                                  TRAIN_SIZE.get(data, 50_000))
@@ -537,9 +547,16 @@ class Runner:
       self._pool = None
 
 
+def accuracy_column(config):
+  """The metrics.csv column a run is reported by: a run that calibrates its clients at every
+  evaluation, by their personalised accuracy; any other, by the global model's."""
+  return 'personalized_accuracy' if config.personalize_every_eval else 'test_accuracy'
+
+
 def read_runs(run_dir, config):
   """[tables.Run] of a run directory written with `config` (tables.read_runs)."""
-  return tables.read_runs(run_dir, list(parse_grid(config.grid)), config.seed)
+  return tables.read_runs(run_dir, list(parse_grid(config.grid)), config.seed,
+                          accuracy_column(config))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -634,8 +651,11 @@ def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, o
   changed = ([f'dataset {dataset} instead of the paper\'s'] if dataset else []) + \
       ([f'only the methods {", ".join(only)}'] if only else [])
   skipped = [f'{m} @ {s} ({"; ".join(r)})' for s, m, _, _, _, r in rows if r]
+  accuracy = {accuracy_column(c) for *_, c in live}
+  if len(accuracy) > 1:  # one table, one kind of accuracy
+    raise fedjax_drift.UserError(f'preset {name} mixes runs reported by {sorted(accuracy)}')
   results = {'preset': name, 'mode': mode, 'title': preset['title'], 'paper': preset['paper'],
-             'metric': preset['metric'], 'cuts': cuts(name, mode, rounds, seeds) + changed +
+             'metric': preset['metric'], 'accuracy': accuracy.pop(), 'cuts': cuts(name, mode, rounds, seeds) + changed +
              ([f'pending, not run: {", ".join(skipped)}'] if skipped else []),
              'date': time.strftime('%Y-%m-%d'), 'scenarios': {},
              'selection': {'select_on': select_on, **_split_values(preset, replace),
@@ -655,8 +675,8 @@ def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, o
 def _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir, results, live,
                    done):
   """run_preset's tables from its methods' outcomes `done` (Runner jobs, in `live`'s order)."""
-  at = preset['report_rounds']
   for (scenario, label, config), (status, runs) in zip(live, done):
+    at = tuple(t for t in preset['report_rounds'] if t <= config.rounds)  # columns it reached
     if status == 'error':
       raise fedjax_drift.UserError(runs)
     if status == 'diverged':  # a method diverging everywhere is a result

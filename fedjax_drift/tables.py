@@ -25,6 +25,12 @@ from fedjax_drift import stats
 COLUMNS = ('final', 'best', 'best_half', 'last10')
 HEADERS = {'final': 'final', 'best': 'best', 'best_half': 'best by half budget',
            'last10': 'last-10% mean', 'at_best_val': 'at best validation'}
+# The metrics.csv column a table's curves are read from, and what its cells then are.
+ACCURACY = {'test_accuracy': 'the test accuracy',
+            'personalized_accuracy': 'the personalised test accuracy (the mean over clients of '
+                                     'each client\'s accuracy on its own test split after '
+                                     'calibrating the last layer on its own data, at every '
+                                     'evaluation: --personalize_every_eval)'}
 
 
 class Run(NamedTuple):
@@ -41,10 +47,10 @@ def _csv(path):
     return list(csv.DictReader(f))
 
 
-def read_runs(run_dir, grid_names=(), seed=0) -> list:
+def read_runs(run_dir, grid_names=(), seed=0, column='test_accuracy') -> list:
   """[Run] of a run directory: runs.csv (seed and grid values per run) joined with
   metrics.csv (one row per run and evaluation). grid_names: the swept flags; seed: the seed of
-  a directory whose metrics.csv has no run column."""
+  a directory whose metrics.csv has no run column; column: the curve's column (ACCURACY)."""
   metrics = _csv(os.path.join(run_dir, 'metrics.csv'))
   info = {r['run']: r for r in _csv(os.path.join(run_dir, 'runs.csv'))}
   rows = ([{**info.get(r['run'], {}), **r} for r in metrics] if metrics and 'run' in metrics[0]
@@ -55,7 +61,7 @@ def read_runs(run_dir, grid_names=(), seed=0) -> list:
     if key not in out:
       out[key] = Run(int(float(r.get('seed', seed))), {k: float(r[k]) for k in grid_names},
                      [], [])
-    out[key].curve.append((int(r['round']), float(r['test_accuracy'])))
+    out[key].curve.append((int(r['round']), float(r[column])))
     if r.get('val_accuracy') not in (None, ''):
       out[key].val_curve.append((int(r['round']), float(r['val_accuracy'])))
   return [run._replace(curve=sorted(run.curve), val_curve=sorted(run.val_curve))
@@ -206,7 +212,8 @@ def protocol_lines(results) -> list:
                  'papers\' protocol.')
   shown = COLUMNS + (('at_best_val',) if any('at_best_val' in r for rows in
                                              results['scenarios'].values() for r in rows) else ())
-  lines.append('Cells: mean [95% t-interval] over the seeds of the test accuracy: '
+  what = ACCURACY[results.get('accuracy', 'test_accuracy')]
+  lines.append(f'Cells: mean [95% t-interval] over the seeds of {what}: '
                + '; '.join(f'{HEADERS[k]} = {stats.METRICS[k]}' for k in shown)
                + f'. Rows are ranked by {HEADERS.get(metric, metric)}.')
   return lines

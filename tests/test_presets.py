@@ -98,8 +98,27 @@ def test_cpu_tier_keeps_methods_partition_participation_and_grids(name):
     assert c.num_clients == (f.num_clients if f.num_clients <= presets.CPU_CLIENTS else
                              max(round(f.num_clients * 6_000 / presets.TRAIN_SIZE[f.dataset]),
                                  f.clients_per_round))
+    if f.algo == 'fedgen':  # the FedGen code's MNIST generator, whatever the paper's size
+      assert (c.fedgen_hidden, c.fedgen_noise_dim) == (256, 32) != (f.fedgen_hidden,
+                                                                     f.fedgen_noise_dim)
   cuts = presets.cuts(name, 'cpu')
   assert any(x.startswith('dataset:') for x in cuts) and any(x.startswith('model:') for x in cuts)
+
+
+def test_a_preset_that_calibrates_every_evaluation_is_reported_by_personalised_accuracy(tmp_path):
+  # fedadc_personalize (FedADC Fig. 7): the table's cells are the clients' calibrated accuracy,
+  # not the global model's, so its three calibration variants can differ.
+  for c in _by('fedadc_personalize', 'cpu').values():
+    assert c.personalize_every_eval and presets.accuracy_column(c) == 'personalized_accuracy'
+  assert presets.accuracy_column(_by('fedadc_table', 'cpu')['C=0.1', 'fedavg']) == 'test_accuracy'
+  (tmp_path / 'runs.csv').write_text('run,seed\n0,0\n')
+  (tmp_path / 'metrics.csv').write_text(
+      'run,round,test_accuracy,personalized_accuracy\n0,0,0.1,0.5\n0,3,0.4,0.8\n')
+  c = _by('fedadc_personalize', 'cpu')['calibrate', 'fedadc+']
+  [run] = presets.read_runs(str(tmp_path), dataclasses.replace(c, grid=''))
+  assert run.curve == [(0, 0.5), (3, 0.8)]
+  [run] = presets.tables.read_runs(str(tmp_path))
+  assert run.curve == [(0, 0.1), (3, 0.4)]
 
 
 def test_cpu_tier_leaves_out_text_and_multi_domain_presets_in_one_line():
