@@ -97,6 +97,7 @@ DATASET_READS = {
 WHEN_SET = {
     'init_params': (('init_params_run',), ('init',)),  # saved parameters replace --init's
     'val_fraction': (('val_source',), ()),  # where the split comes from, when there is one
+    'diag_features_rounds': (('diag_features_n',), ()),  # how many, when features are written
 }
 
 # A field whose -1 means 'the same as' another field also reads that field.

@@ -123,6 +123,11 @@ def test_run_warns_about_a_flag_its_algorithm_does_not_read(tiny_npz, unequal_pa
   assert warnings == ['warning: --prox_mu=0.1 not read with --algo=fedavg (no effect)']
 
 
+def test_diag_features_n_is_read_only_with_diag_features_rounds():
+  assert applies.unread_flags(Config(diag_features_n=100)) == ['diag_features_n']
+  assert applies.unread_flags(Config(diag_features_n=100, diag_features_rounds='0,5')) == []
+
+
 def test_init_is_unread_with_init_params_and_init_params_run_without():
   assert applies.unread_flags(Config(init='zeros', init_params='a.npz')) == ['init']
   assert applies.unread_flags(Config(init_params_run=1)) == ['init_params_run']

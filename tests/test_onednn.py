@@ -335,8 +335,8 @@ def test_auto_falls_back_to_im2col_saying_why_once(monkeypatch, capsys):
   monkeypatch.setattr(onednn, '_state', {'reason': 'oneDNN is not installed (pip ...)'})
   assert layers.resolve_conv_impl('auto', 'cpu') == 'im2col'
   assert models.get('cnn_mnist', 10, (12, 12, 1)).conv_impl == 'im2col'
-  assert capsys.readouterr().err == ('--conv_impl=auto: oneDNN extension unavailable '
-                                     '(oneDNN is not installed (pip ...)); using im2col\n')
+  assert capsys.readouterr().err == ('--conv_impl=auto: oneDNN extension unavailable: '
+                                     'oneDNN is not installed (pip ...); using im2col\n')
   assert layers.resolve_conv_impl('auto', 'gpu') == 'lax'  # no oneDNN wanted: nothing said
   assert capsys.readouterr().err == ''
 

@@ -71,7 +71,7 @@ def resolve_conv_impl(impl='auto', backend=None, convolves=True):
   if not reason:
     return 'onednn'
   if impl == 'auto':  # the documented fallback, not a mistake: a note, not a warning
-    _say_once(f'--conv_impl=auto: oneDNN extension unavailable ({reason}); using {fallback}')
+    _say_once(f'--conv_impl=auto: oneDNN extension unavailable: {reason}; using {fallback}')
   else:
     _say_once(f'--conv_impl={impl}: {reason}; using {fallback}')
   return fallback
