@@ -46,15 +46,19 @@ have not been run here (see `experiments/PRESETS.md` for their estimated cost).
 
 **How to read a table.** Each method's grid point is selected on a validation split (10% of
 each client's training examples) unless the table says "test"; the cells are test accuracy
-of the selected point: mean [95% t-interval] over the seeds, for final (last evaluation),
+of the selected point (of the global model, unless the table says otherwise:
+`fedadc_personalize` reports its clients' personalised accuracy): mean [95% t-interval] over
+the seeds, for final (last evaluation),
 best (best evaluation) and last-10% (mean of the evaluations in the last 10% of rounds). The
 preset's reported metric (named above each table) ranks the rows. Paired differences compare
 each method with FedAvg and with the paper's own method over the same seeds (same partition,
 validation split and initial model); "within noise" means the interval contains 0.
 
 **Wall times** are the runner's own (`provenance.json`, written by `experiments/presets.py`
-with the commit and command), with the machine's load average at the start and end: a load
-above the core count means other jobs shared the machine and the times are upper bounds.
+with the commit and command), with the machine's load average at the start and end. The end
+value counts the runner's own threads (about 3-4 with `--jobs=2` on 2 cores); the start value
+shows whether other work was already running. Where others shared the machine, the times are
+upper bounds and the provenance says so in a note.
 """
 
 
