@@ -48,11 +48,20 @@ have not been run here (see `experiments/PRESETS.md` for their estimated cost).
 each client's training examples) unless the table says "test"; the cells are test accuracy
 of the selected point (of the global model, unless the table says otherwise:
 `fedadc_personalize` reports its clients' personalised accuracy): mean [95% t-interval] over
-the seeds, for final (last evaluation),
-best (best evaluation) and last-10% (mean of the evaluations in the last 10% of rounds). The
-preset's reported metric (named above each table) ranks the rows. Paired differences compare
+the seeds, for final (last evaluation), best (best evaluation), best by half budget (best up
+to half the rounds), last-10% (mean of the evaluations in the last 10% of rounds) and at best
+validation (test accuracy at the evaluation with the best validation accuracy). The preset's
+reported metric (named above each table) ranks the rows; rows and grid points that lost seeds
+to divergence (their seed count says how many) come after those that kept all, since a mean
+over the survivors flatters them. Paired differences compare
 each method with FedAvg and with the paper's own method over the same seeds (same partition,
 validation split and initial model); "within noise" means the interval contains 0.
+
+**Repeated runs.** The cpu tier maps CIFAR-10, CIFAR-100, Tiny-ImageNet and EMNIST to the
+same embedded data and model, so presets (or scenarios) that differ only in the paper's
+dataset run identical configurations: `fedgkd_dirichlet`, `fedgkd_cifar100` and `fedgkd_tiny`
+share most runs, as do `fedgkd_buffer`'s and `fedgkd_loss`'s CIFAR-10 and CIFAR-100 scenarios
+and `igfl_emnist` with `igfl`'s cross-device runs. Their agreement is one result, not several.
 
 **Wall times** are the runner's own (`provenance.json`, written by `experiments/presets.py`
 with the commit and command), with the machine's load average at the start and end. The end
@@ -90,7 +99,8 @@ def section(directory, results, prov):
            f'Raw results: [{rel}/]({rel}/).', '']
   table = tables.markdown(results)
   lines.append(table.split('\n', 1)[1].lstrip('\n'))  # the section title replaces its heading
-  lines += [f'Every run diverged, so no row: {d}\n' for d in results.get('diverged', [])]
+  lines += [f'Every run diverged, so no row: {d} (checkpoints are not committed)\n'
+            for d in results.get('diverged', [])]
   plots = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, '*.png')))
   if plots:
     lines.append('Plots: ' + ', '.join(f'[{p}]({rel}/{p})' for p in plots) + '\n')

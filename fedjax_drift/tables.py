@@ -147,7 +147,11 @@ def summarise(runs, rounds, target, at=()):
 def select(points, metric, select_on):
   """(chosen point, the point selection on test would choose) among summarise's points:
   the best mean `metric` on the validation split (select_on='validation'; points without a
-  validation split fall back to test, which the caller labels) or on the test set."""
+  validation split fall back to test, which the caller labels) or on the test set. Only the
+  points with the fewest diverged seeds compete: a mean over the seeds that survived would
+  flatter a point that lost some."""
+  least = min(p.get('diverged', 0) for p in points)  # a point that lost seeds only if all did
+  points = [p for p in points if p.get('diverged', 0) == least]
   on_test = stats.best_point(points, lambda p: p[metric]['mean'])
   if select_on != 'validation' or any('val' not in p for p in points):
     return on_test, on_test
@@ -215,7 +219,8 @@ def protocol_lines(results) -> list:
   what = ACCURACY[results.get('accuracy', 'test_accuracy')]
   lines.append(f'Cells: mean [95% t-interval] over the seeds of {what}: '
                + '; '.join(f'{HEADERS[k]} = {stats.METRICS[k]}' for k in shown)
-               + f'. Rows are ranked by {HEADERS.get(metric, metric)}.')
+               + f'. Rows are ranked by {HEADERS.get(metric, metric)}, rows with diverged seeds '
+               'last.')
   return lines
 
 
@@ -239,7 +244,7 @@ def markdown(results) -> str:
                 'model), mean [95% t-interval]; "within noise" when the interval holds 0.', '',
                 '| method | ' + ' | '.join(f'− {ref}' for ref in shown) + ' |',
                 '|---|' + '---|' * len(shown)]
-      for r in sorted(rows, key=lambda r: -_mean(r[metric])):
+      for r in sorted(rows, key=lambda r: _rank(r, metric)):
         lines.append(f'| {r["method"]} | ' + ' | '.join(
             stats.fmt_difference(diffs[r['method']].get(ref)) for ref in shown) + ' |')
     lines.append('')
@@ -250,6 +255,12 @@ def _mean(stat):
   return stat['mean'] if stat.get('mean') is not None else -math.inf
 
 
+def _rank(row, metric):
+  """Table order: rows whose seeds all finished first, each group by mean `metric`, best first
+  (a mean over the seeds that survived divergence is not comparable with a full one)."""
+  return bool(row.get('diverged')), -_mean(row[metric])
+
+
 def _results_rows(rows, metric):
   at = list(rows[0].get('at', {}))
   val = any('at_best_val' in r for r in rows)
@@ -258,7 +269,7 @@ def _results_rows(rows, metric):
            + ' | '.join(HEADERS[k] for k in cols) + ' | rounds to target (reached) |'
            + ''.join(f' round {t} |' for t in at),
            '|---|---|---|---|---|' + '---|' * (len(cols) + 1) + '---|' * len(at)]
-  for r in sorted(rows, key=lambda r: -_mean(r[metric])):
+  for r in sorted(rows, key=lambda r: _rank(r, metric)):
     rt = r['rounds_to_target']
     reach = (f'{rt["mean"]:.0f} ({rt["reached"]})' if rt['mean'] is not None
              else f'– ({rt["reached"]})')

@@ -76,6 +76,23 @@ def test_a_diverged_run_is_counted_not_scored_by_its_accuracy_before_diverging()
   assert '| 3 (1 diverged) |' in text
 
 
+def test_a_point_or_row_that_lost_seeds_ranks_below_those_that_kept_them():
+  from fedjax_drift import tables  # pylint: disable=g-import-not-at-top
+  good, great = [(0, 0.1), (6, 0.6)], [(0, 0.1), (6, 0.9)]
+  runs = ([tables.Run(s, {'lr': 0.1}, good, good) for s in (0, 1, 2)] +
+          [tables.Run(0, {'lr': 1.0}, great, great), tables.Run(1, {'lr': 1.0}, good[:1], [])])
+  points = tables.summarise(runs, 6, 0.6)
+  lost = next(p for p in points if p['grid_point'] == {'lr': 1.0})
+  assert lost['diverged'] == 1 and lost['final']['mean'] == 0.9  # its survivor scores higher
+  for on in ('validation', 'test'):
+    chosen, on_test = tables.select(points, 'final', on)
+    assert chosen['grid_point'] == on_test['grid_point'] == {'lr': 0.1}
+  rows = [dict(p, method=f'lr{p["grid_point"]["lr"]}', chosen={}, select_on='test')
+          for p in reversed(points)]
+  text = tables.markdown({'metric': 'final', 'mode': 'cpu', 'date': 'd', 'scenarios': {'s': rows}})
+  assert text.index('| lr0.1 |') < text.index('| lr1.0 |')
+
+
 def test_a_method_whose_every_run_diverges_is_reported_not_fatal(tmp_path, monkeypatch):
   import fedjax_drift  # pylint: disable=g-import-not-at-top
   import presets  # pylint: disable=g-import-not-at-top
