@@ -658,7 +658,8 @@ def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, o
   if len(accuracy) > 1:  # one table, one kind of accuracy
     raise fedjax_drift.UserError(f'preset {name} mixes runs reported by {sorted(accuracy)}')
   results = {'preset': name, 'mode': mode, 'title': preset['title'], 'paper': preset['paper'],
-             'metric': preset['metric'], 'accuracy': accuracy.pop(), 'cuts': cuts(name, mode, rounds, seeds) + changed +
+             'metric': preset['metric'], 'accuracy': accuracy.pop(),
+             'cuts': cuts(name, mode, rounds, seeds) + changed +
              ([f'pending, not run: {", ".join(skipped)}'] if skipped else []),
              'date': time.strftime('%Y-%m-%d'), 'scenarios': {},
              'selection': {'select_on': select_on, **_split_values(preset, replace),

@@ -105,6 +105,13 @@ def test_cpu_tier_keeps_methods_partition_participation_and_grids(name):
   assert any(x.startswith('dataset:') for x in cuts) and any(x.startswith('model:') for x in cuts)
 
 
+def test_cpu_tier_evaluates_every_round_where_the_table_reports_the_last_10_percent():
+  # Every 3 of 20 rounds, the last 10% (rounds 19-20) would hold round 20 only: last10 = final.
+  for name, preset in presets.PRESETS.items():
+    for c in _by(name, 'cpu').values():
+      assert c.eval_every == (1 if preset['metric'] == 'last10' else 3), (name, c.eval_every)
+
+
 def test_a_preset_that_calibrates_every_evaluation_is_reported_by_personalised_accuracy(tmp_path):
   # fedadc_personalize (FedADC Fig. 7): the table's cells are the clients' calibrated accuracy,
   # not the global model's, so its three calibration variants can differ.
