@@ -7,9 +7,11 @@ Reads each directory's config.json (algorithm, dataset, and each run's seed and 
 runs.csv (final and best accuracy, status) and metrics.csv (test accuracy per evaluation).
 Runs are grouped by directory and grid point; each group's seeds give the mean and the
 standard deviation (numpy's, ddof=0: the spread of these seeds, as summary.json gives it) and
-the 95% t-interval of the mean (fedjax_drift/stats.py) of the final and best test accuracy,
-over the seeds that did not diverge. Prints the markdown table and writes DIR/comparison.md, DIR/comparison.csv and DIR/comparison.png (mean test
-accuracy per round with a +-std band over seeds); DIR defaults to ./comparison.
+the 95% t-interval of the mean (results.seed_stats, as summary.json and the presets' tables
+compute them) of the final and best test accuracy, over the seeds that did not diverge.
+Prints the markdown table and writes DIR/comparison.md, DIR/comparison.csv and
+DIR/comparison.png (mean test accuracy per round with a +-std band over seeds); DIR defaults
+to ./comparison.
 """
 import argparse
 import csv
@@ -20,7 +22,7 @@ import sys
 
 import numpy as np
 
-from fedjax_drift import report, stats
+from fedjax_drift import report, results
 from fedjax_drift.errors import UserError
 
 OUTPUTS = ('comparison.md', 'comparison.csv', 'comparison.png')
@@ -78,15 +80,13 @@ def _point_label(point):
   return ', '.join(f'{k}={v:g}' for k, v in sorted(point.items())) or '-'
 
 
-def _mean_std(values):
-  values = np.asarray(values, dtype=float)
-  return (float(values.mean()), float(values.std())) if len(values) else (np.nan, np.nan)
-
-
-def _ci(values):
-  """(lo, hi) of the 95% t-interval of the mean (nan with fewer than two values)."""
-  ci = stats.interval(list(values))
-  return (ci['lo'], ci['hi']) if ci['lo'] is not None else (np.nan, np.nan)
+def _stats(key, values):
+  """{key_mean, key_std, key_ci95_lo, key_ci95_hi} over seeds (results.seed_stats: std with
+  ddof=0, the 95% t-interval of the mean); nan where there is none (no value, or one)."""
+  s = results.seed_stats(values)
+  return {f'{key}_{name}': np.nan if s[part] is None else s[part]
+          for name, part in (('mean', 'mean'), ('std', 'std'), ('ci95_lo', 'lo'),
+                             ('ci95_hi', 'hi'))}
 
 
 def groups(dirs: list) -> list:
@@ -101,16 +101,11 @@ def groups(dirs: list) -> list:
     for point in points:
       mine = [r for r in d['runs'] if r['point'] == point]
       ok = [r for r in mine if r['status'] == 'ok']
-      final, final_std = _mean_std([r['final'] for r in ok])
-      best, best_std = _mean_std([r['best'] for r in ok])
-      final_ci, best_ci = _ci([r['final'] for r in ok]), _ci([r['best'] for r in ok])
       rows.append({'run_dir': name, 'algo': d['algo'], 'dataset': d['dataset'],
                    'grid_point': _point_label(point), 'seeds': len(ok),
                    'diverged': len(mine) - len(ok),
-                   'final_accuracy_mean': final, 'final_accuracy_std': final_std,
-                   'final_accuracy_ci95_lo': final_ci[0], 'final_accuracy_ci95_hi': final_ci[1],
-                   'best_accuracy_mean': best, 'best_accuracy_std': best_std,
-                   'best_accuracy_ci95_lo': best_ci[0], 'best_accuracy_ci95_hi': best_ci[1],
+                   **_stats('final_accuracy', [r['final'] for r in ok]),
+                   **_stats('best_accuracy', [r['best'] for r in ok]),
                    '_runs': [r['run'] for r in ok], '_curves': d['curves']})
   return rows
 

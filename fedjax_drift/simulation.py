@@ -3,18 +3,8 @@
 A single run is a study with one run (study.py). The stages: check the outputs, build every
 run, compile one program for all of them, open the run directory, loop over rounds on the
 host (progress, evaluation, divergence, checkpoints), finish (summaries, plots, parameters).
-
-Run directory (the same layout for one run and for many):
-  config.json    the resolved config, the runs (seed and grid values) and derived settings
-  runs.csv       one row per run: seed, grid values, status, diverged round, final/best/...
-  metrics.csv    one row per run and evaluation: test accuracy and loss, best so far
-  rounds.csv     one row per run and round: drift diagnostics (and algorithm diagnostics)
-  shifts.csv     --scenario=concept_shift: one row per run and shift, with its recovery
-  summary.json   per run and per grid point (mean +- std over the seeds that did not diverge);
-                 with one run, that run's metrics are also at the top level
-  accuracy.png, drift.png, partition.png, checkpoints/, personalization.csv (calibrate)
-  .fedjax-drift.json  the run's record (rundir.Record): run id, flags' hash, every entry the
-                 run created there; --overwrite, --resume and clean-up touch only those
+This module is the host loop; what a run reports, and the run directory's layout (the same
+for one run and for many), are results.py's.
 """
 import contextlib
 import dataclasses
@@ -29,16 +19,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, hardware, inputs,
-                          interrupts, metrics, models, personalize, report, rundir, stats)
+                          interrupts, models, report, results, rundir)
 from fedjax_drift import compile_cache, diagnostics
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
 from fedjax_drift.data import federated
-from fedjax_drift.errors import DivergenceError, UserError
+from fedjax_drift.errors import UserError
 from fedjax_drift.study import Experiment, Study, build, plan, prepare  # noqa: F401
 
 SECONDS_PER_CALL = 1.0  # the host wakes at least this often (progress), unless a round is longer
+SHIFT_COLUMNS = results.SHIFT_COLUMNS  # shifts.csv's columns, where callers have found them
+_plot = results.plot  # under this name tests stop a run between its summary and its plots
 
 
 class Compiled(NamedTuple):
@@ -81,7 +73,7 @@ def _run(config, log):
   run_dir = _check_outputs(config)
   distributed.barrier('outputs checked')  # before process 0 creates anything in them
   interrupts.describe(lambda signum: interrupts.message(
-      run_dir, bool(_checkpoint_rounds(run_dir)), signum))  # for a hard exit (the CLI)
+      run_dir, bool(results.checkpoint_rounds(run_dir)), signum))  # for a hard exit (the CLI)
   try:
     with (rundir.claimed(run_dir) if distributed.is_writer()  # one writer, loading to the end
           else contextlib.nullcontext()):
@@ -103,7 +95,7 @@ def _run(config, log):
                      time.perf_counter() - t0, log)
   except KeyboardInterrupt as e:
     signum = interrupts.received() or getattr(e, 'signum', signal.SIGINT)
-    has_checkpoint = bool(_checkpoint_rounds(run_dir))  # not orbax: its import takes seconds
+    has_checkpoint = bool(results.checkpoint_rounds(run_dir))  # not orbax: its import is slow
     raise interrupts.Interrupted(interrupts.message(run_dir, has_checkpoint, signum),
                                  signum) from None
 
@@ -307,11 +299,6 @@ def _normalization(exp):
   return {'mean': [float(v) for v in norm.mean], 'std': [float(v) for v in norm.std]}
 
 
-def _conv_impl(exp):
-  """The convolution implementation that ran (--conv_impl resolved), None without convolutions."""
-  return exp.model.conv_impl if exp.model.family == 'conv' else None
-
-
 def _log_header(study, compiled, run_dir, log):
   cfg, exp = study.config, study.experiments[0]
   ds, n_clients = exp.dataset, len(exp.train_parts)
@@ -328,7 +315,7 @@ def _log_header(study, compiled, run_dir, log):
       f'({"sequential" if exp.chunk == 1 else "vmap" if exp.chunk >= per_device else "chunked"}'
       f'; {exp.strategy}); backend={jax.default_backend()}, {cfg.devices} of '
       f'{jax.device_count()} device(s)'
-      + (f'; conv_impl={_conv_impl(exp)}' if _conv_impl(exp) else ''))
+      + (f'; conv_impl={results.conv_impl(exp)}' if results.conv_impl(exp) else ''))
   log(f'local work: up to {study.max_local_steps} steps per client per round; per-client state '
       f'{n_clients} clients x {state_bytes // max(n_clients, 1):,} bytes = {state_bytes:,} '
       f'bytes per run; run directory {run_dir}')
@@ -441,7 +428,7 @@ def _loop(study, compiled, out, log):
   if not prog.eval_rows:
     prog.add_eval(0, _evaluate(ev, state, prog), 0.0, ev.columns)
     if cfg.rounds == 0 and distributed.is_writer():  # --rounds=0: only this evaluation
-      _write_metrics(out.run_dir, prog)
+      results.write_metrics(out.run_dir, prog)
   bar = _progress_bar(cfg.rounds, done, cfg.progress)
   last_checkpoint, per_call, first, t_start = done, 1, True, time.perf_counter()
   while done < cfg.rounds and len(prog.diverged) < prog.num_runs:
@@ -492,7 +479,7 @@ def _record(cfg, out, prog, state, done, last_checkpoint):
   every = cfg.checkpoint_every or cfg.eval_every
   with interrupts.deferred(writing=True):
     if distributed.is_writer():
-      _write_metrics(out.run_dir, prog)
+      results.write_metrics(out.run_dir, prog)
     if (done // every > last_checkpoint // every or done == cfg.rounds) and \
         len(prog.diverged) < prog.num_runs:
       out.checkpointer.save(state, prog.history())
@@ -511,40 +498,8 @@ def _log_diverged(study, prog, r, log):
   spec, (rnd, client) = study.runs[r], prog.diverged[r]
   where = f', first at client {client}' if client >= 0 else ''
   if len(study.runs) > 1:
-    log(f'warning: run {r} ({_run_label(spec)}) diverged in round {rnd}{where}; it is frozen '
-        'there and reported as diverged')
-
-
-def _run_label(spec):
-  """'seed 0, lr=2.5': a run as the warnings name it."""
-  return ', '.join([f'seed {spec.seed}'] + [f'{k}={v:g}' for k, v in spec.point.items()])
-
-
-def _write_metrics(run_dir, prog):
-  report.write_csv(os.path.join(run_dir, 'metrics.csv'), prog.eval_rows)
-  report.write_csv(os.path.join(run_dir, 'rounds.csv'), prog.round_rows)
-  if prog.diag:
-    prog.diag.write()
-  if prog.study.config.tensorboard:
-    _write_tensorboard(run_dir, prog)
-
-
-def _write_tensorboard(run_dir, prog):
-  """The rows added since the last call, as scalars in RUN_DIR/tensorboard/run<r>."""
-  from fedjax_drift import tensorboard  # pylint: disable=g-import-not-at-top
-  for rows, prefix, key in ((prog.eval_rows, 'eval/', 'eval'), (prog.round_rows, 'train/',
-                                                                'rounds')):
-    for row in rows[prog.tensorboard_written[key]:]:
-      r = row['run']
-      if r not in prog.tensorboard_writers:
-        report.will_create(os.path.join(run_dir, 'tensorboard'))  # enter it in the record
-        prog.tensorboard_writers[r] = tensorboard.ScalarWriter(
-            os.path.join(run_dir, 'tensorboard', f'run{r}'))
-      prog.tensorboard_writers[r].write({k: v for k, v in row.items() if k != 'run'},
-                                        tag_prefix=prefix)
-    prog.tensorboard_written[key] = len(rows)
-  for writer in prog.tensorboard_writers.values():
-    writer.flush()
+    log(f'warning: run {r} ({results.run_label(spec)}) diverged in round {rnd}{where}; it is '
+        'frozen there and reported as diverged')
 
 
 def _progress_bar(total, done, enabled):
@@ -567,305 +522,23 @@ def _advance(bar, n, prog):
 
 
 def _finish(study, compiled, out, state, prog, train_s, total_s, log):
-  """Summaries, plots and parameters; raises DivergenceError when every run diverged."""
-  cfg, exp = study.config, study.experiments[0]
+  """Summaries, plots and parameters (results.py); raises DivergenceError when every run
+  diverged."""
+  cfg = study.config
   state = state._replace(params=distributed.to_host(state.params))  # process 0 alone uses them
-  per_run = [_run_summary(study, prog, spec) for spec in study.runs]
-  comm = exp.algo.communication(exp.state.params)
-  summary = {
-      'algo': cfg.algo, 'dataset': exp.dataset.name, 'rounds': cfg.rounds,
-      'weighting': algorithms.weighting(cfg),
-      'weighting_source': algorithms.weighting_source(cfg), 'num_runs': len(study.runs),
-      'seeds': sorted({s.seed for s in study.runs}),
-      'grid': {k: sorted({s.point[k] for s in study.runs}) for k in study.runs[0].point},
-      'communication_floats_per_client': comm,
-      'communication_floats_per_round': {k: v * cfg.clients_per_round for k, v in comm.items()},
-      'wall_time_s': total_s, 'train_time_s': train_s, 'compile_s': compiled.compile_s,
-      'memory_estimate_bytes': compiled.memory_bytes,
-      'segment_compilations': 1,  # compiled ahead of time; every call reuses it
-      'cohort_chunk': exp.chunk, 'strategy': exp.strategy, 'run_chunk': study.width,
-      'conv_impl': _conv_impl(exp),
-      'per_client_state_bytes': federated.nbytes(exp.state.clients),
-      'run_dir': out.run_dir,
-      'runs': per_run, 'grid_points': _grid_summaries(study, per_run),
-  }
-  if len(summary['grid_points']) > 1:
-    summary['selected'] = _selected(cfg, summary['grid_points'])
+  per_run = [results.run_summary(study, prog, spec) for spec in study.runs]
   if cfg.personalize == 'calibrate' and distributed.is_writer():
-    _personalize_all(study, state, per_run, out.run_dir, log)
-  if len(study.runs) == 1:
-    summary.update({k: v for k, v in per_run[0].items() if k not in ('run', 'seed')})
+    results.personalize_all(study, state, per_run, out.run_dir, log)
+  summary = results.summary(study, per_run, out.run_dir, compiled, total_s, train_s)
   if not distributed.is_writer():  # process 0 writes the results
-    return _report_end(study, summary, per_run, total_s, compiled.compile_s, log)
-  report.write_csv(os.path.join(out.run_dir, 'runs.csv'),  # the scalar columns
-                   [{k: v for k, v in r.items() if not isinstance(v, (dict, list))}
-                    for r in per_run])
-  report.write_json(os.path.join(out.run_dir, 'summary.json'), summary)
-  if cfg.scenario == 'concept_shift':
-    report.write_csv(os.path.join(out.run_dir, 'shifts.csv'), _shift_rows(per_run),
-                     SHIFT_COLUMNS)
-    _log_shifts(per_run, log)
+    return results.report_end(study, summary, per_run, total_s, compiled.compile_s, log)
+  results.write(out.run_dir, cfg, summary, per_run, log)
   _plot(study, prog, out.run_dir)
   if cfg.save_params:
     out.record.add_output(cfg.save_params, save_params(
         cfg.save_params, jax.tree.map(lambda a: a[:len(study.runs)], state.params)))
   out.record.set(finished=True)  # last: a run stopped before this is finished by --resume
-  return _report_end(study, summary, per_run, total_s, compiled.compile_s, log)
-
-
-def _run_summary(study, prog, spec):
-  cfg = study.config
-  rows = [row for row in prog.eval_rows if row['run'] == spec.index]
-  base = {'run': spec.index, 'seed': spec.seed, **spec.point}
-  if spec.index in prog.diverged:
-    rnd, client = prog.diverged[spec.index]
-    keys = ('final_accuracy', 'final_loss', 'best_accuracy', 'mean_best_accuracy',
-            'last10_mean_accuracy', 'rounds_to_target')
-    keys += stats.VALIDATION_KEYS if cfg.has_validation else ()
-    # target_accuracy too: runs.csv's header comes from the first run, which may diverge
-    return {**base, 'status': 'diverged', 'diverged_round': rnd, 'diverged_client': client,
-            **{k: None for k in keys}, 'target_accuracy': cfg.target_accuracy}
-  summary = metrics.summarize([r['round'] for r in rows], [r['test_accuracy'] for r in rows],
-                              [r['test_loss'] for r in rows], cfg.rounds, cfg.target_accuracy)
-  if cfg.has_validation:  # runs.csv gains the validation curve's metrics
-    summary.update(stats.validation_summary([r['round'] for r in rows],
-                                            [r['test_accuracy'] for r in rows],
-                                            [r['val_accuracy'] for r in rows], cfg.rounds))
-  domains = {k: v for k, v in rows[-1].items() if k.startswith('acc_domain_')}
-  if domains:  # metrics.csv has every evaluation's; the summary keeps the final ones
-    summary['final_domain_accuracy'] = domains
-  if cfg.scenario == 'concept_shift':
-    shifts = _concept_shifts(prog, spec.index, cfg.concept_shift_kind)
-    summary['concept_shifts'] = shifts
-    summary['concept_shift'] = metrics.concept_shift_metrics(
-        [r['round'] for r in rows], [r['test_accuracy'] for r in rows], shifts)
-  return {**base, 'status': 'ok', 'diverged_round': None, 'diverged_client': None, **summary}
-
-
-def _concept_shifts(prog, run, kind):
-  """[{round, kind, class, new_label[, other_class]}] of a run, from the scenario's per-round
-  diagnostics (rounds.csv): the shifts as the compiled rounds drew them. other_class: the
-  class a swap exchanged labels with."""
-  shifts = []
-  for r in prog.round_rows:
-    if r['run'] == run and r.get('shift_class', -1) >= 0:
-      shift = {'round': r['round'], 'kind': kind, 'class': int(r['shift_class']),
-               'new_label': int(r['shift_label'])}
-      if kind == 'swap':
-        shift['other_class'] = int(r['shift_other'])
-      shifts.append(shift)
-  return shifts
-
-
-SHIFT_COLUMNS = ('run', 'seed', 'round', 'kind', 'classes', 'pre_shift_accuracy', 'best_since',
-                 'mean_since', 'evaluations_since', 'until_round', 'rounds_to_recover')
-
-
-def _shift_rows(per_run):
-  """shifts.csv: one row per run and shift; classes 'c->l' (class c now labelled l) or
-  'c<->d' (a swap); rounds_to_recover is a number, 'never' (not within the shift's window)
-  or 'unmeasured' (no evaluation before the shift or in its window)."""
-  rows = []
-  for run in per_run:
-    for s in (run.get('concept_shift') or {}).get('shifts', []):
-      classes = (f"{s['class']}<->{s['other_class']}" if s['kind'] == 'swap'
-                 else f"{s['class']}->{s['new_label']}")
-      outcome = {True: s['rounds_to_recover'], False: 'never', None: 'unmeasured'}
-      rows.append({'run': run['run'], 'seed': run['seed'], 'round': s['round'],
-                   'kind': s['kind'], 'classes': classes,
-                   **{k: s[k] for k in SHIFT_COLUMNS[5:-1]},
-                   'rounds_to_recover': outcome[s['recovered']]})
-  return rows
-
-
-def _log_shifts(per_run, log):
-  """One line per run: how many shifts it recovered from, and how fast."""
-  for run in per_run:
-    cs = run.get('concept_shift')
-    if not cs:
-      continue
-    mean = cs['mean_rounds_to_recover']
-    which = f' (run {run["run"]})' if len(per_run) > 1 else ''
-    log(f'concept shift{which}: '
-        f'{cs["shift_count"]} shift(s), {cs["recovered"]} recovered'
-        + (f' (mean {mean:.1f} rounds)' if mean is not None else '')
-        + f', {cs["never_recovered"]} never, {cs["unmeasured"]} unmeasured; average best '
-        f'since the last shift {cs["average_best_since_shift"]:.4f} -> shifts.csv')
-
-
-def _grid_summaries(study, per_run):
-  """Per grid point: mean, std (ddof=0: the spread of these seeds) and the 95% t-interval
-  ('ci95': [lo, hi], None with one seed; stats.interval) over its seeds that did not
-  diverge."""
-  groups = []
-  for point in _points(study):
-    mine = [r for r in per_run if all(r[k] == v for k, v in point.items())]
-    ok = [r for r in mine if r['status'] == 'ok']
-    stats = {'grid_point': point, 'seeds': len(mine),
-             'diverged': len(mine) - len(ok)}
-    keys = ('final_accuracy', 'best_accuracy', 'last10_mean_accuracy', 'mean_best_accuracy')
-    for key in keys + (_VALIDATION_KEYS if study.config.has_validation else ()):
-      stats[key] = _seed_stats([r[key] for r in ok])
-    reached = [r['rounds_to_target'] for r in ok if r['rounds_to_target'] is not None]
-    stats['rounds_to_target'] = {'reached': f'{len(reached)}/{len(mine)}',
-                                 'mean': float(np.mean(reached)) if reached else None}
-    shifted = [r['concept_shift'] for r in ok if r.get('concept_shift')]
-    if shifted:  # shifts over the seeds: how many were recovered from, how many never
-      stats['concept_shift'] = {k: sum(c[k] for c in shifted) for k in (
-          'shift_count', 'recovered', 'never_recovered', 'unmeasured')}
-    groups.append(stats)
-  return groups
-
-
-_VALIDATION_KEYS = stats.VALIDATION_KEYS
-
-
-def _seed_stats(values):
-  """{'mean', 'std', 'ci95'} of one metric over seeds (all None without values)."""
-  if not values:
-    return {'mean': None, 'std': None, 'ci95': None}
-  ci = stats.interval(values)
-  return {'mean': ci['mean'], 'std': float(np.std(values)),
-          'ci95': None if ci['lo'] is None else [ci['lo'], ci['hi']]}
-
-
-def _selected(cfg, groups):
-  """summary.json 'selected': the grid point with the best mean last-10% accuracy on the
-  validation split (--select_on=validation) or on the test set (test), over the seeds that
-  did not diverge, with that point's test final, best and last-10% mean statistics."""
-  on = cfg.resolved_select_on()
-  key = ('val_' if on == 'validation' else '') + 'last10_mean_accuracy'
-  chosen = stats.best_point(groups, lambda g: g[key]['mean'])
-  tested = ('final_accuracy', 'best_accuracy', 'last10_mean_accuracy')
-  return {'select_on': on, 'by': key,
-          'grid_point': chosen['grid_point'] if chosen is not None else None,
-          **{k: chosen[k] if chosen is not None else None for k in tested}}
-
-
-def _points(study):
-  return list({tuple(s.point.items()): dict(s.point) for s in study.runs}.values())
-
-
-def _label(point, cfg):
-  return ', '.join(f'{k}={v:g}' for k, v in point.items()) or cfg.algo
-
-
-def _plot(study, prog, run_dir):
-  cfg, ds = study.config, study.experiments[0].dataset
-  title = f'{cfg.algo} on {ds.name} ({cfg.partition})'
-  if len(study.runs) == 1:
-    rows = prog.eval_rows
-    accs = [r['test_accuracy'] for r in rows]
-    report.plot_accuracy(os.path.join(run_dir, 'accuracy.png'), [r['round'] for r in rows],
-                         accs, metrics.best_so_far(accs), title,
-                         # the shift of round r falls between the evaluations r-1 and r
-                         marks=[shift['round'] - 0.5 for shift in
-                                _concept_shifts(prog, 0, cfg.concept_shift_kind)])
-  else:
-    curves = {}
-    for point in _points(study):
-      runs = [s.index for s in study.runs if s.point == point and s.index not in prog.diverged]
-      mine = [r for r in prog.eval_rows if r['run'] in runs]
-      if not mine:
-        continue
-      rounds = sorted({r['round'] for r in mine})
-      acc = np.array([[r['test_accuracy'] for r in mine if r['round'] == t] for t in rounds])
-      curves[_label(point, cfg)] = (rounds, acc.mean(1), acc.std(1))
-    if curves:  # no curve when every run diverged
-      report.plot_mean_curves(os.path.join(run_dir, 'accuracy.png'), curves,
-                              f'{title}: {len(study.runs)} runs')
-  first = [r for r in prog.round_rows if r['run'] == prog.round_rows[0]['run']] \
-      if prog.round_rows else []
-  if first:
-    report.plot_drift(os.path.join(run_dir, 'drift.png'), first)
-
-
-def _report_end(study, summary, per_run, total_s, compile_s, log):
-  cfg = study.config
-  timing = f'{total_s:.1f}s in all ({compile_s:.1f}s compiling)'
-  ok = [r for r in per_run if r['status'] == 'ok']
-  if len(per_run) == 1 and ok:
-    r = ok[0]
-    log(f'done: final accuracy {r["final_accuracy"]:.4f}, best {r["best_accuracy"]:.4f}, '
-        f'last-10% mean {r["last10_mean_accuracy"]:.4f}, rounds to '
-        f'{cfg.target_accuracy:.0%}: {r["rounds_to_target"]}; {timing} -> {summary["run_dir"]}')
-  elif ok:
-    for g in summary['grid_points']:
-      if g['final_accuracy']['mean'] is None:
-        continue
-      log(f'{_label(g["grid_point"], cfg)}: final {g["final_accuracy"]["mean"]:.4f} +- '
-          f'{g["final_accuracy"]["std"]:.4f}, best {g["best_accuracy"]["mean"]:.4f} +- '
-          f'{g["best_accuracy"]["std"]:.4f} over {g["seeds"] - g["diverged"]} seed(s)'
-          + (f' ({g["diverged"]} diverged)' if g['diverged'] else ''))
-    chosen = summary.get('selected')
-    if chosen and chosen['grid_point'] is not None:
-      test = chosen['last10_mean_accuracy']
-      log(f'selected on {chosen["select_on"]} ({chosen["by"]}): '
-          f'{_label(chosen["grid_point"], cfg)}; its test last-10% mean {test["mean"]:.4f}'
-          + (f' [{test["ci95"][0]:.4f}, {test["ci95"][1]:.4f}]' if test['ci95'] else ''))
-    log(f'done: {len(per_run)} runs; {timing} -> {summary["run_dir"]}')
-  bad = [r for r in per_run if r['status'] == 'diverged']
-  if bad and not ok:
-    raise DivergenceError(_divergence_message(study, bad, summary['run_dir']))
-  if bad:
-    log(f'warning: {len(bad)} of {len(per_run)} runs diverged: '
-        + '; '.join(f'run {r["run"]} ({_run_label(study.runs[r["run"]])}) in round '
-                    f'{r["diverged_round"]}' for r in bad))
-  return summary
-
-
-def _divergence_message(study, bad, run_dir):
-  cfg = study.config
-  if len(bad) == 1:
-    r = bad[0]
-    where = f', first at client {r["diverged_client"]}' if r['diverged_client'] >= 0 else ''
-    return (f'diverged: non-finite global model or client update in round '
-            f'{r["diverged_round"]}{where}; {_checkpoint_note(run_dir)}; lower --lr (now '
-            f'{cfg.lr:g}) or check the data')
-  return (f'every run diverged (first in round {min(r["diverged_round"] for r in bad)}); '
-          f'{_checkpoint_note(run_dir)}; lower --lr or check the data')
-
-
-def _checkpoint_rounds(run_dir):
-  """Rounds with a checkpoint directory (orbax renames each into place when complete)."""
-  directory = os.path.join(run_dir, 'checkpoints')
-  return sorted(int(d) for d in os.listdir(directory) if d.isdigit()) \
-      if os.path.isdir(directory) else []
-
-
-def _checkpoint_note(run_dir):
-  directory = os.path.join(run_dir, 'checkpoints')
-  rounds = _checkpoint_rounds(run_dir)
-  if not rounds:
-    return 'no checkpoint was saved before it'
-  return f'the last good checkpoint (round {rounds[-1]}) is in {directory}'
-
-
-def _personalize_all(study, state, per_run, run_dir, log):
-  rows = []
-  for spec, summary in zip(study.runs, per_run):
-    if summary['status'] != 'ok':
-      continue
-    exp = study.experiments[spec.index]
-    params = jax.tree.map(lambda a, i=spec.index: a[i], state.params)
-    before, after, num_test = _calibrate(exp, params)
-    rows += [{'run': spec.index, 'client': i, 'num_test': int(n),
-              'global_model_accuracy': float(b), 'calibrated_accuracy': float(a)}
-             for i, (b, a, n) in enumerate(zip(before, after, num_test))]
-    result = personalize.summarize(before, after, num_test)
-    summary['personalization'] = result
-    log(f'personalisation (run {spec.index}): per-client accuracy '
-        f'{result["global_model_mean_accuracy"]:.4f} +- {result["global_model_std_accuracy"]:.4f}'
-        f' (global model) -> {result["calibrated_mean_accuracy"]:.4f} +- '
-        f'{result["calibrated_std_accuracy"]:.4f} (calibrated) over '
-        f'{result["clients_evaluated"]} clients')
-  report.write_csv(os.path.join(run_dir, 'personalization.csv'), rows)
-
-
-def _calibrate(exp, params):
-  calibrate, num_test = personalize.for_experiment(exp)  # --personalize_every_eval's too
-  before, after = calibrate(params)
-  return np.asarray(before), np.asarray(after), num_test
+  return results.report_end(study, summary, per_run, total_s, compiled.compile_s, log)
 
 
 def estimated_memory(compiled):

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedjax_drift import stats
+from fedjax_drift import results, stats
 
 COLUMNS = ('final', 'best', 'best_half', 'last10')
 HEADERS = {'final': 'final', 'best': 'best', 'best_half': 'best by half budget',
@@ -96,17 +96,11 @@ def _diverged_metrics(at=()):
           'rounds_to_target': None, 'at': {t: math.nan for t in at}}
 
 
-def _stat(values):
-  """{'mean', 'std' (ddof=0: the spread of these seeds), 'lo', 'hi', 'n'} (stats.interval)."""
-  ci = stats.interval(values)
-  finite = [v for v in values if v is not None and math.isfinite(v)]
-  return {**ci, 'std': float(np.std(finite)) if finite else None}
-
-
 def summarise(runs, rounds, target, at=()):
-  """Per grid point of `runs` ([Run]): for each metric its _stat over the seeds and its value
-  per seed ('per_seed': {metric: {seed: value}}, for paired differences); 'val': the same
-  metrics of the validation curve (selection), when there is one; the mean curve."""
+  """Per grid point of `runs` ([Run]): for each metric its statistics over the seeds
+  (results.seed_stats) and its value per seed ('per_seed': {metric: {seed: value}}, for
+  paired differences); 'val': the same metrics of the validation curve (selection), when
+  there is one; the mean curve."""
   points = {}
   for run in runs:
     points.setdefault(tuple(sorted(run.point.items())), []).append(run)
@@ -123,9 +117,9 @@ def summarise(runs, rounds, target, at=()):
         m['at_best_val'] = at_best_validation(r.curve, r.val_curve) if good else math.nan
     names = COLUMNS + (('at_best_val',) if has_val else ())
     point = {'grid_point': dict(key), 'seeds': [r.seed for r in mine]}
-    point.update({k: _stat([m[k] for m in ms]) for k in names})
+    point.update({k: results.seed_stats([m[k] for m in ms]) for k in names})
     point['per_seed'] = {k: {r.seed: m[k] for r, m in zip(mine, ms)} for k in names}
-    point['at'] = {t: _stat([m['at'][t] for m in ms]) for t in at}
+    point['at'] = {t: results.seed_stats([m['at'][t] for m in ms]) for t in at}
     reached = [m['rounds_to_target'] for m in ms if m['rounds_to_target'] is not None]
     point['rounds_to_target'] = {'reached': f'{len(reached)}/{len(ms)}',
                                  'mean': float(np.mean(reached)) if reached else None}
@@ -134,7 +128,7 @@ def summarise(runs, rounds, target, at=()):
     if has_val:
       vms = [run_metrics(r.val_curve, rounds, target) if good else _diverged_metrics()
              for r, good in zip(mine, ok)]
-      point['val'] = {k: _stat([m[k] for m in vms]) for k in COLUMNS}
+      point['val'] = {k: results.seed_stats([m[k] for m in vms]) for k in COLUMNS}
     kept = [r for r, good in zip(mine, ok) if good] or mine  # the mean curve of the finished
     rounds_ = [t for t, _ in min((r.curve for r in kept), key=len)]
     acc = np.array([[a for _, a in r.curve[:len(rounds_)]] for r in kept])
@@ -149,13 +143,11 @@ def select(points, metric, select_on):
   the best mean `metric` on the validation split (select_on='validation'; points without a
   validation split fall back to test, which the caller labels) or on the test set. Only the
   points with the fewest diverged seeds compete: a mean over the seeds that survived would
-  flatter a point that lost some."""
-  least = min(p.get('diverged', 0) for p in points)  # a point that lost seeds only if all did
-  points = [p for p in points if p.get('diverged', 0) == least]
-  on_test = stats.best_point(points, lambda p: p[metric]['mean'])
-  if select_on != 'validation' or any('val' not in p for p in points):
+  flatter a point that lost some. The rule is results.select_point, summary.json's too."""
+  on_test = results.select_point(points, lambda p: p[metric]['mean'])
+  if select_on != 'validation' or any('val' not in p for p in results.competing(points)):
     return on_test, on_test
-  return stats.best_point(points, lambda p: p['val'][metric]['mean']), on_test
+  return results.select_point(points, lambda p: p['val'][metric]['mean']), on_test
 
 
 def differences(rows, metric, references):
