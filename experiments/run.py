@@ -1,196 +1,24 @@
 """fedjax-drift command line: `python experiments/run.py --algo=fedavg --rounds=50 ...`.
 
-Flags are the fields of fedjax_drift.Config (`--help` lists them by group; `--list` lists the
-algorithms, models, datasets, partitions and scenarios). Bad input gives one line naming the
-flag and exit code 2.
+The command line is fedjax_drift/cli.py (installed as `fedjax-drift`); build_parser,
+check_flag_names, main and main_exit_code are its functions, here as attributes of this file.
 """
-import argparse
-import dataclasses
-import os
-import signal
+import importlib.util
+import pathlib
 import sys
-import typing
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this clone's fedjax_drift, installed or not
 
-def _bool(text):
-  value = text.lower()
-  if value in ('1', 'true', 'yes', 'on'):
-    return True
-  if value in ('0', 'false', 'no', 'off'):
-    return False
-  raise argparse.ArgumentTypeError(f'expected true or false, got {text!r}')
-
-
-class _Parser(argparse.ArgumentParser):
-  def error(self, message):  # one line, exit 2, no usage dump
-    sys.stderr.write(f'error: {message}\n')
-    sys.exit(2)
-
-
-def _help(field, valid):
-  """The field's help text, its valid values, and its default; `%` escaped for argparse."""
-  text = field.metadata.get('help', '')
-  values = valid.get(field.name) or field.metadata.get('choices')
-  if values:
-    text += f' (one of: {", ".join(values)})'
-  if field.default not in ('', None):
-    text += f' [default: {field.default}]'
-  return text.replace('%', '%%')
-
-
-def build_parser(config_cls, suppress_defaults=False, valid=None):
-  """An argparse parser with one --flag per Config field, in the fields' help groups.
-
-  valid: {field name: valid values} listed in the help (e.g. catalog.values('algo')).
-  """
-  from fedjax_drift.config import GROUPS  # pylint: disable=g-import-not-at-top
-  parser = _Parser(usage='%(prog)s [--flag=value ...]',
-                   description='Simulate federated learning under non-IID data. '
-                   '`--list` shows the algorithms, models, datasets, partitions and '
-                   'scenarios, one line each.',
-                   allow_abbrev=False,
-                   argument_default=argparse.SUPPRESS if suppress_defaults else None)
-  parser.add_argument('--list', action='store_true', default=argparse.SUPPRESS,
-                      help='list the valid algorithms, models, datasets, partitions and '
-                      'scenarios, then exit')
-  groups = {name: parser.add_argument_group(f'{name} flags') for name in GROUPS}
-  hints = typing.get_type_hints(config_cls)
-  for f in dataclasses.fields(config_cls):
-    name = f.metadata.get('group') or 'other'
-    if name not in groups:
-      groups[name] = parser.add_argument_group(f'{name} flags')
-    kind = hints[f.name]
-    kind = _bool if kind is bool else kind
-    kwargs = dict(type=kind, help=_help(f, valid or {}))
-    if not suppress_defaults:
-      kwargs['default'] = f.default
-    if kind is _bool:
-      kwargs.update(nargs='?', const=True, metavar='BOOL')
-    if f.metadata.get('const') is not None:  # a bare --flag means this value
-      kwargs.update(nargs='?', const=f.metadata['const'])
-    groups[name].add_argument(f'--{f.name}', **kwargs)
-  return parser
-
-
-def check_flag_names(parser, argv):
-  """Raises UserError for a --flag the parser does not know, suggesting the closest one."""
-  from fedjax_drift.errors import UserError, did_you_mean  # pylint: disable=g-import-not-at-top
-  known = [o for a in parser._actions for o in a.option_strings]  # pylint: disable=protected-access
-  for token in argv:
-    if token == '--':
-      return
-    name = token.split('=', 1)[0]
-    if name.startswith('--') and name not in known:
-      raise UserError(f'unknown flag {name}{did_you_mean(name, known)}')
-
-
-HARD_EXIT_S = 10  # after a signal the process ends within this (README "Reliability")
-
-
-def main(argv=None, hard_exit_s=None):
-  """Runs the command line; returns the exit code. hard_exit_s: after SIGINT, SIGTERM or
-  SIGHUP the process ends within this many seconds (interrupts.hard_exit_after)."""
-  sys.path.insert(0, str(__import__('pathlib').Path(__file__).resolve().parents[1]))
-  import fedjax_drift  # pylint: disable=g-import-not-at-top
-  from fedjax_drift import catalog, interrupts  # pylint: disable=g-import-not-at-top
-  if hard_exit_s:
-    interrupts.hard_exit_after(hard_exit_s)
-  argv = sys.argv[1:] if argv is None else list(argv)
-  valid = {flag: catalog.values(flag) for flag in ('algo', 'model', 'dataset', 'partition',
-                                                   'scenario')}
-  parser = build_parser(fedjax_drift.Config, valid=valid)
-  try:
-    check_flag_names(parser, argv)
-  except fedjax_drift.UserError as e:
-    sys.stderr.write(f'error: {e}\n')
-    return 2
-  args = parser.parse_args(argv)
-  if vars(args).pop('list', False):
-    print(catalog.text())
-    return 0
-  with interrupts.guard():  # held while the line is written: a second signal adds nothing
-    return _outcome(fedjax_drift, interrupts, args, argv)
-
-
-def _outcome(fedjax_drift, interrupts, args, argv):
-  """Runs and returns the exit code, writing one line on failure."""
-  try:
-    _run(fedjax_drift, args, argv)
-  except fedjax_drift.errors.DivergenceError as e:
-    sys.stderr.write(f'error: {e}\n')
-    return 3
-  except fedjax_drift.UserError as e:
-    sys.stderr.write(f'error: {e}\n')
-    return 2
-  except KeyboardInterrupt as e:  # the library's Interrupted says whether --resume can continue
-    interrupts.ignore()  # a second Ctrl-C must not add a traceback
-    sys.stderr.write(f'error: {str(e) or "interrupted"}\n')
-    return interrupts.exit_code(e)  # 130, 143 (SIGTERM), 129 (SIGHUP)
-  except Exception as e:  # pylint: disable=broad-except
-    if os.environ.get('FEDJAX_DRIFT_DEBUG'):
-      raise
-    # A collective that failed because a peer died: the runtime names the peer in its own
-    # one line and ends this process (within distributed.PEER_BOUND_S) instead of this one.
-    fedjax_drift.distributed.await_peer_failure(e)
-    first = (str(e).strip().splitlines() or [''])[0]
-    sys.stderr.write(f'error: {type(e).__name__}: {first} (set FEDJAX_DRIFT_DEBUG=1 for the '
-                     'traceback)\n')
-    return 1
-  return 0
-
-
-def _run(fedjax_drift, args, argv):
-  """A run (or --resume) from the parsed flags."""
-  if args.resume:
-    # Only the flags given on this command line; the rest come from the run's config.json.
-    given = vars(build_parser(fedjax_drift.Config, suppress_defaults=True).parse_args(argv))
-    if not args.out:
-      raise fedjax_drift.UserError('--resume needs --out=RUN_DIR, the run to continue')
-    fedjax_drift.resume(args.out, **given)
-  else:
-    fedjax_drift.run(fedjax_drift.Config(**vars(args)))
-
-
-def _early_stop(signum, frame):  # pylint: disable=unused-argument
-  """SIGTERM or SIGHUP before the library's handler is in place (while importing)."""
-  error = KeyboardInterrupt(f'stopped by {signal.Signals(signum).name}')
-  error.signum = signum
-  raise error
-
-
-def _ignore_signals():
-  for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):
-    signal.signal(getattr(signal, name), signal.SIG_IGN)
-
-
-def _main_exit_code():
-  """main()'s exit code; a signal before main's own handler (while importing) or after it
-  (while the interpreter shuts down) still gives one line and 128 + the signal, never a
-  traceback."""
-  for name in ('SIGTERM', 'SIGHUP'):
-    signal.signal(getattr(signal, name), _early_stop)
-  try:
-    code = main(hard_exit_s=HARD_EXIT_S)
-  except KeyboardInterrupt as e:
-    _ignore_signals()
-    sys.stderr.write(f'error: {str(e) or "interrupted"}\n')
-    code = 128 + getattr(e, 'signum', signal.SIGINT)
-  _ignore_signals()
-  from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
-  if code == 1 and distributed.active():
-    # A failed process of a multi-process run: JAX's exit hook would wait for the others at
-    # a shutdown barrier they may never reach, then abort from C++; its line is written.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # pylint: disable=protected-access
-  if code in (128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP):
-    # Interrupted: what the run owns is closed and its line written. Interpreter teardown
-    # with XLA's threads cut mid-work can crash (SIGSEGV instead of the exit code): skip it.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # pylint: disable=protected-access
-  return code
-
+# Loaded by its path, not `from fedjax_drift import cli`: that would import the package (jax)
+# here, before main_exit_code's signal handlers, and a signal while importing would be a
+# traceback instead of one line.
+_SPEC = importlib.util.spec_from_file_location('fedjax_drift_cli',
+                                               ROOT / 'fedjax_drift' / 'cli.py')
+cli = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(cli)
+HARD_EXIT_S, main, main_exit_code = cli.HARD_EXIT_S, cli.main, cli.main_exit_code
+build_parser, check_flag_names = cli.build_parser, cli.check_flag_names
 
 if __name__ == '__main__':
-  sys.exit(_main_exit_code())
+  sys.exit(main_exit_code())
