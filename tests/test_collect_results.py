@@ -103,7 +103,7 @@ def test_a_method_whose_every_run_diverges_is_reported_not_fatal(tmp_path, monke
       raise fedjax_drift.errors.DivergenceError('every run diverged (first in round 1)')
     return [tables.Run(s, {}, [(0, 0.1), (1, 0.5 + s / 10)], []) for s in range(3)]
 
-  monkeypatch.setattr(presets, 'run_method', fake_run)
+  monkeypatch.setattr('presetlib.jobs.run_method', fake_run)  # what the jobs call
   results = presets.run_preset('fedadc_cohort', 'cpu', rounds=1, out_root=str(tmp_path),
                                log=lambda *_: None)
   assert list(results['scenarios']) == ['cover_classes']

@@ -1,0 +1,197 @@
+"""The documents: a preset's settings table (every value with its source, pending runs, the
+mode's cuts, the work estimate), the experiments table, experiments/PRESETS.md, --list."""
+import os
+import shlex
+
+from fedjax_drift import stats, tables
+from presetlib.estimates import CPU_GFLOPS, estimate
+from presetlib.loading import EXPERIMENTS, PRESETS, ROOT
+from presetlib.plans import configs, pending, plan
+from presetlib.tiers import (CPU_WHY, NO_SPLIT, SELECTION, method_grid, scaled_shift_count,
+                             scenario_names, short_rounds)
+
+DOC = os.path.join(ROOT, 'experiments', 'PRESETS.md')
+
+
+def cuts(name, mode, rounds=None, seeds=None):
+  """What this mode changes from the paper's set-up, one sentence each."""
+  preset = PRESETS[name]
+  out = []
+  if mode == 'short':
+    short = preset['short']
+    scen = scenario_names(preset, 'short')
+    full_rounds = {s: preset['scenarios'][s].get('rounds', preset['setting'].get('rounds'))[0]
+                   for s in scen}
+    out = ['rounds: ' + ', '.join(f'{s} {short_rounds(preset, s)} of {full_rounds[s]}'
+                                  for s in scen),
+           f'seeds: {short["seeds"]} of {preset["seeds"][0]}']
+    if len(scen) < len(preset['scenarios']):
+      out.append(f'scenarios: {", ".join(scen)} only (of {", ".join(preset["scenarios"])})')
+    count = preset['setting'].get('concept_shift_count', (0,))[0]
+    if count:
+      out.append('concept shifts: ' + ', '.join(
+          f'{s} {scaled_shift_count(count, full_rounds[s], short_rounds(preset, s))} of '
+          f'{count}' for s in scen) + ' (the paper\'s shifts per round)')
+    tuned = {k for m in preset['methods'].values() for k, (vals, _) in
+             method_grid(preset, m).items() if len(vals) > 1}
+    if tuned:
+      point = short.get('point', {})
+      out.append('tuning grid: one point per method instead of the paper\'s grid (' +
+                 ', '.join(f'{k}={point[k]:g}' if k in point else f'{k}=first value'
+                           for k in sorted(tuned)) + '; fixed values stay)')
+    out.append(f'why: {short["why"]}')
+  if mode == 'cpu':
+    out += [f'{k}: {why}' for k, why in CPU_WHY.items()]
+    left = sorted({r for *_, reasons in plan(name, 'cpu') for r in reasons
+                   if r.startswith('not in the cpu tier')})
+    out += [f'left out: {r[len("not in the cpu tier: "):]}' for r in left]
+  if rounds:
+    out.append(f'rounds overridden on the command line: {rounds}')
+  if seeds:
+    out.append(f'seeds overridden on the command line: {seeds}')
+  return out
+
+
+def work_line(name, mode, rounds=None, seeds=None):
+  """One paragraph: the mode's live runs in sample-gradients and 2-core CPU time (estimate)."""
+  n, hours, unknown = estimate(name, mode, rounds=rounds, seeds=seeds)
+  if not n:
+    return f'Estimated work of `--mode={mode}`: none of its runs is live in this build.'
+  note = (f' Costs of {", ".join(unknown)} are not known here: counted as 100 MFLOP per '
+          'sample-gradient on 50,000 examples.' if unknown else '')
+  size = (f'{hours * 60:.1f} minutes' if mode == 'cpu' and hours < 1 else f'{hours:,.1f} hours')
+  cpu = (' Small models on 2 cores run far below that rate (compilation, evaluation and '
+         'per-step overheads dominate): see the wall times in experiments/RESULTS.md.'
+         if mode == 'cpu' else '')
+  return (f'Estimated work of `--mode={mode}` (its live runs): {n:.2g} sample-gradients, about '
+          f'{size} of this 2-core CPU at {CPU_GFLOPS} GFLOP/s (an estimate from '
+          f'FLOPs, not measured).{note}{cpu}')
+
+
+def settings_table(name, mode='full', rounds=None, seeds=None):
+  """The preset's settings with the source of every value, its pending runs and mode cuts."""
+  preset = PRESETS[name]
+  lines = [f'## `{name}`: {preset["title"]}', '',
+           f'Paper: {preset["paper"]}. Experiments: '
+           f'{", ".join(e["id"] for e in EXPERIMENTS if name in e["presets"])}. Mode `{mode}`' +
+           (' (the paper\'s set-up).' if mode == 'full' else
+            ' (the paper\'s methods, partition, participation and grids on the embedded data '
+            'with a small model; changes listed below).' if mode == 'cpu' else
+            ' (the paper\'s model, data and fixed hyperparameters; cut as listed below).'), '',
+           f'Pipeline: {preset["pipeline"]}', '',
+           '| setting | value | source |', '|---|---|---|']
+  for k, (val, src) in preset['setting'].items():
+    lines.append(f'| {k} | {_show(val)} | {src} |')
+  lines.append(f'| seeds | {preset["seeds"][0]} | {preset["seeds"][1]} |')
+  for k, (vals, src) in preset['grid'].items():
+    lines.append(f'| {k} (tuned) | {_show(vals)} | {src} |')
+  lines.append(f'| reported metric | {preset["metric"]} | see notes |')
+  lines.append(f'| grid selection | {selection_text(preset)} | not stated: ours (issue 22); '
+               '`--select_on=test` is the papers\' protocol |')
+  lines += ['', '| scenario | setting | value | source |', '|---|---|---|---|']
+  for scen, items in preset['scenarios'].items():
+    extra = preset['scenario_extra'][scen]
+    rows = [(k, val, src) for k, (val, src) in items.items()]
+    rows += [(f'{k} ({lab} only)', val, src) for lab, t in extra['methods'].items()
+             for k, (val, src) in t.items()]
+    for k, val, src in rows or [('', '', 'the shared settings above')]:
+      lines.append(f'| {scen} | {k} | {_show(val)} | {src} |')
+  lines += ['', '| method | algo | setting | value | source |', '|---|---|---|---|---|']
+  for label, m in preset['methods'].items():
+    items = [(k, val, src) for k, (val, src) in m['set'].items()]
+    items += [(f'{k} (tuned)' if len(vals) > 1 else k, vals if len(vals) > 1 else vals[0], src)
+              for k, (vals, src) in m['grid'].items()]
+    for k, val, src in items or [('', '', 'the shared settings above')]:
+      lines.append(f'| {label} | {m["algo"]} | {k} | {_show(val)} | {src} |')
+  if preset['notes']:
+    lines += [''] + [f'- {n}' for n in preset['notes']]
+  waiting = pending(name, mode)
+  if waiting:
+    lines += ['', '**Pending in this build** (refused until the piece exists; nothing to '
+              'change here when it lands):', '']
+    total = len(plan(name, mode))
+    lines += [f'- {r}: ' + ('every run' if len(where) == total else ', '.join(where))
+              for r, where in waiting.items()]
+  c = cuts(name, mode, rounds, seeds)
+  if c:
+    lines += ['', f'**{mode} mode cuts** (everything else is the paper\'s):', '']
+    lines += [f'- {x}' for x in c]
+  lines += ['', work_line(name, mode, rounds, seeds)]
+  return '\n'.join(lines) + '\n'
+
+
+def selection_text(preset):
+  """How the preset's grid points are chosen by default, in a few words."""
+  values = {**SELECTION, **{k: v for k, (v, _) in preset['setting'].items()}}
+  longtail = values.get('scenario') == 'longtail_stateless' or any(
+      s.get('scenario', (None,))[0] == 'longtail_stateless' for s in preset['scenarios'].values())
+  own = [(n, s.get('dataset', (values.get('dataset'),))[0]) for n, s in
+         preset['scenarios'].items()
+         if s.get('val_source', (values['val_source'],))[0] == 'dataset']
+  if own and len(own) == len(preset['scenarios']):
+    return 'on validation: ' + ', '.join(sorted({stats.own_split_name(d) for _, d in own}))
+  if longtail or not values['val_fraction']:
+    return f'on test ({NO_SPLIT})' if longtail else 'on test'
+  where = ('each client\'s training examples' if values['val_source'] == 'clients'
+           else 'the pooled training examples')
+  return (f'on validation: {values["val_fraction"]:g} of {where}'
+          + ''.join(f'; {n}: {stats.own_split_name(d)}' for n, d in own))
+
+
+def _show(val):
+  if isinstance(val, tuple):
+    return '{' + ', '.join(_show(x) for x in val) + '}'
+  if isinstance(val, bool):
+    return str(val).lower()
+  return f'{val:g}' if isinstance(val, float) else str(val)
+
+
+def results_table(results):
+  """The results of run_preset as markdown (fedjax_drift/tables.py markdown)."""
+  return tables.markdown(results)
+
+
+def command(name):
+  """The command line that runs a preset at the paper's set-up."""
+  return f'python experiments/presets.py {name} --mode=full'
+
+
+def experiment_table():
+  """One row per experiment the papers report: where it is, what it compares, how to run it."""
+  lines = ['| id | paper | table/figure | compares | preset and command | status here |',
+           '|---|---|---|---|---|---|']
+  for e in EXPERIMENTS:
+    only = f' --only={shlex.quote(",".join(e["only"]))}' if e.get('only') else ''
+    cmds = '<br>'.join(f'`{command(p)}{only}`' for p in e['presets'])
+    needs = sorted({r for p in e['presets'] for r in pending(p, only=e.get('only'))})
+    live = any(configs(p, 'full', only=e.get('only')) for p in e['presets'])
+    status = ('live' if not needs else
+              ('partly live; ' if live else '') + 'pending: ' + '; '.join(needs))
+    if e.get('not_produced'):
+      status += f'. Not produced: {e["not_produced"]}'
+    lines.append(f'| {e["id"]} | {e["short_paper"]} | {e["where"]} | {e["compares"]} | '
+                 f'{cmds} | {status} |')
+  return '\n'.join(lines) + '\n'
+
+
+def document():
+  """experiments/PRESETS.md: the experiments, then every preset's full set-up with sources."""
+  head = ('# Paper presets\n\nGenerated by `python experiments/presets.py all --write_doc` '
+          'from the tables in `experiments/presets/*.toml` (one per paper); do not edit by '
+          'hand. It reflects the build it was generated on: a run marked pending becomes '
+          'live when its piece lands (regenerate this file then).\n\n'
+          '## The experiments\n\nEvery table and figure with results in the five papers, '
+          'with the preset that runs it. `--only=a,b` keeps some methods of a preset.\n\n')
+  parts = []
+  for name in PRESETS:
+    full = settings_table(name, 'full')
+    parts.append(full + '\n**`--mode=short` cuts** (model, data and fixed hyperparameters '
+                 'stay the paper\'s):\n\n' + ''.join(f'- {x}\n' for x in cuts(name, 'short')) +
+                 '\n' + work_line(name, 'short') + '\n')
+  return head + experiment_table() + '\n' + '\n'.join(parts)
+
+
+def list_text():
+  """--list: one line per experiment (id, paper, where, presets)."""
+  return '\n'.join(f'{e["id"]:4} {e["short_paper"]:12} {e["where"]:24} {", ".join(e["presets"])}'
+                   for e in EXPERIMENTS)

@@ -1,0 +1,153 @@
+"""Running a preset: its live runs as Runner jobs, then results.json, table.md and the curves.
+
+start_preset checks and submits; the finish() it returns waits for the jobs and writes the
+tables, so that `all` keeps every worker busy across presets. The table's statistics are
+fedjax_drift/tables.py's.
+"""
+import dataclasses
+import os
+import time
+
+import fedjax_drift
+from fedjax_drift import report, stats, tables
+from presetlib.documents import cuts, results_table, settings_table
+from presetlib.jobs import Runner, accuracy_column, check_data, summarise
+from presetlib.loading import PRESETS, ROOT
+from presetlib.plans import pending_line, plan, to_config
+from presetlib.tiers import NO_SPLIT, SELECTION
+
+COMMITTED = os.path.join(ROOT, 'experiments', 'results')
+OVERWRITE = 'yes'  # Config.overwrite: replace only what fedjax-drift wrote
+
+
+def default_out(name, mode):
+  """Outside the repository's tracked files: runs/presets/<preset>-<mode> (runs/ is ignored)."""
+  return os.path.join('runs', 'presets', f'{name}-{mode}')
+
+
+def check_out(out_dir, overwrite):
+  """Refuses to replace earlier results (the committed ones above all) without --overwrite."""
+  if overwrite or not os.path.exists(os.path.join(out_dir, 'results.json')):
+    return
+  where = (' (committed results of the repository)'
+           if os.path.abspath(out_dir).startswith(COMMITTED + os.sep) else '')
+  raise fedjax_drift.UserError(f'--out={out_dir} already holds results{where}; pass '
+                               '--overwrite to replace them, or choose another --out')
+
+
+def selection_overrides(select_on='validation', val_fraction=None):
+  """Config values a --select_on/--val_fraction choice sets over the preset's: the papers'
+  protocol (test) holds no split out unless --val_fraction says so."""
+  if select_on not in ('validation', 'test'):
+    raise fedjax_drift.UserError(f'--select_on={select_on} is not one of validation, test')
+  if val_fraction is not None:
+    if select_on == 'validation' and not val_fraction:
+      raise fedjax_drift.UserError('--select_on=validation needs --val_fraction > 0')
+    return {'val_fraction': val_fraction}
+  return {'val_fraction': 0.0} if select_on == 'test' else {}
+
+
+def _split_values(preset, replace):
+  """{'val_fraction', 'val_source'} the preset's runs use (before NO_SPLIT's fallback)."""
+  values = {**SELECTION, **{k: v for k, (v, _) in preset['setting'].items()}, **replace}
+  return {k: values[k] for k in ('val_fraction', 'val_source')}
+
+
+def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out_root=None,
+               only=None, overwrite=False, log=print, select_on='validation',
+               val_fraction=None, runner=None):
+  """Runs a preset's live runs; dataset/data_dir/rounds/seeds override it, `only` keeps some
+  methods; select_on/val_fraction choose the selection protocol (selection_overrides);
+  runner (a Runner, default one method at a time) runs the methods. A preset with no live
+  run is refused in one line naming what it needs. Returns the results (results.json)."""
+  own = runner is None
+  runner = runner or Runner(1)
+  try:
+    return start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only,
+                        overwrite, log, select_on, val_fraction, runner)()
+  finally:
+    if own:
+      runner.close()
+
+def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, overwrite, log,
+                 select_on, val_fraction, runner):
+  """run_preset's checks, then its methods submitted to `runner`; returns finish(), which
+  waits for them and writes results.json, table.md and the curves (so `all` keeps every
+  worker busy across presets)."""
+  preset = PRESETS[name]
+  out_dir = out_root or default_out(name, mode)
+  replace = {**({'dataset': dataset} if dataset else {}),
+             **({'data_dir': data_dir} if data_dir else {}),
+             **selection_overrides(select_on, val_fraction)}
+  rows = plan(name, mode, only, rounds, seeds, replace)
+  live = [(s, m, to_config(v, g, n)) for s, m, v, g, n, r in rows if not r]
+  if not live:
+    raise fedjax_drift.UserError(f'preset {name} is {pending_line(name, mode, only, rows)}')
+  check_out(out_dir, overwrite)
+  for ds, dd in {(c.dataset, c.data_dir) for _, _, c in live}:
+    try:
+      check_data(ds, dd)
+    except fedjax_drift.UserError as e:
+      raise fedjax_drift.UserError(f'preset {name} ({mode}) needs --dataset={ds}: {e}') from None
+  os.makedirs(out_dir, exist_ok=True)
+  changed = ([f'dataset {dataset} instead of the paper\'s'] if dataset else []) + \
+      ([f'only the methods {", ".join(only)}'] if only else [])
+  skipped = [f'{m} @ {s} ({"; ".join(r)})' for s, m, _, _, _, r in rows if r]
+  accuracy = {accuracy_column(c) for *_, c in live}
+  if len(accuracy) > 1:  # one table, one kind of accuracy
+    raise fedjax_drift.UserError(f'preset {name} mixes runs reported by {sorted(accuracy)}')
+  results = {'preset': name, 'mode': mode, 'title': preset['title'], 'paper': preset['paper'],
+             'metric': preset['metric'], 'accuracy': accuracy.pop(),
+             'cuts': cuts(name, mode, rounds, seeds) + changed +
+             ([f'pending, not run: {", ".join(skipped)}'] if skipped else []),
+             'date': time.strftime('%Y-%m-%d'), 'scenarios': {},
+             'selection': {'select_on': select_on, **_split_values(preset, replace),
+                           'fallback': NO_SPLIT},
+             'references': tables.reference_methods(
+                 {label: m['algo'] for label, m in preset['methods'].items()
+                  if not only or label in only}, preset['paper'])}
+  live = [(scenario, label, dataclasses.replace(
+      config, progress=False, overwrite=OVERWRITE, out=os.path.join(
+          out_dir, 'runs', f'{scenario}-{label}'.replace(' ', '_').replace('/', '_'))))
+          for scenario, label, config in live]
+  futures = [runner.submit(c, preset['methods'][label]['sweep']) for _, label, c in live]
+  return lambda: _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir,
+                                results, live, [f.result() for f in futures])
+
+
+def _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir, results, live,
+                   done):
+  """run_preset's tables from its methods' outcomes `done` (Runner jobs, in `live`'s order)."""
+  for (scenario, label, config), (status, runs) in zip(live, done):
+    at = tuple(t for t in preset['report_rounds'] if t <= config.rounds)  # columns it reached
+    if status == 'error':
+      raise fedjax_drift.UserError(runs)
+    if status == 'diverged':  # a method diverging everywhere is a result
+      runs = runs.replace(out_dir + os.sep, '')  # paths relative to the results directory
+      results.setdefault('diverged', []).append(f'{label} @ {scenario}: {runs}')
+      log(f'[{name}/{scenario}] {label}: every run diverged ({runs})')
+      continue
+    points = summarise(runs, config.rounds, config.target_accuracy, at)
+    on = select_on if config.has_validation else 'test'
+    best, on_test = tables.select(points, preset['metric'], on)
+    results['scenarios'].setdefault(scenario, []).append(
+        {'method': label, 'config': dataclasses.asdict(config), 'chosen': best['grid_point'],
+         'select_on': on, 'chosen_on_test': on_test['grid_point'],
+         **{k: best[k] for k in best if k != 'grid_point'}})
+    log(f'[{name}/{scenario}] {label}: test {preset["metric"]} '
+        f'{stats.fmt_interval(best[preset["metric"]])} at {best["grid_point"]} (selected on '
+        f'{on})')
+  for scenario, rows_ in results['scenarios'].items():
+    report.plot_mean_curves(
+        os.path.join(out_dir, f'{_slug(scenario)}.png'),
+        {r['method']: tuple(zip(*r['curve'])) for r in rows_}, f'{name} ({mode}): {scenario}')
+  report.write_json(os.path.join(out_dir, 'results.json'), results)
+  table = settings_table(name, mode, rounds, seeds) + '\n' + results_table(results) + ''.join(
+      f'\nEvery run diverged, so no row: {d}\n' for d in results.get('diverged', []))
+  report.atomic_write(os.path.join(out_dir, 'table.md'), table.encode())
+  log(table)
+  return results
+
+
+def _slug(text):
+  return ''.join(c if c.isalnum() or c in '.=' else '_' for c in text)
