@@ -8,8 +8,9 @@ import dataclasses
 import hashlib
 import os
 
-from fedjax_drift.data import hub, multidomain, sources, text
+from fedjax_drift.data import common, sources
 from fedjax_drift.errors import UserError
+from fedjax_drift.models import text as text_models
 
 
 def _absolute_flag(name, value):
@@ -44,70 +45,22 @@ def absolutize(config):
                                                        if hasattr(config, n)}))
 
 
-def _dataset_files(dataset, data_dir):
-  """The files the loader of --dataset reads (whether or not they exist)."""
-  if dataset == 'embedded':
-    return [sources.EMBEDDED_PATH]
-  if dataset.startswith('npz:'):
-    return [dataset[4:]]
-  if dataset.startswith('text:'):
-    path = dataset[len('text:'):]
-    return _files_under(path) if os.path.isdir(path) else [path]
-  if dataset.startswith('hf:'):  # a save_to_disk folder's files (the local cache: by name)
-    folder = hub.saved_folder(dataset[3:], data_dir)
-    return _files_under(folder) if folder else []
-  if not data_dir:
-    return [sources.imported_path(dataset)] if dataset in sources.IMPORTABLE else []
-  if dataset in ('mnist', 'fashion_mnist'):
-    return [os.path.join(data_dir, n) for n in sources.IDX_FILES]
-  if not os.path.isdir(data_dir):
-    return [data_dir]  # --data_dir names the file itself
-  if dataset == 'cifar10':
-    return ([os.path.join(data_dir, n) for n in ('cifar-10-python.tar.gz',
-                                                  'cifar10-jpeg.tar.gz')]
-            + _files_under(os.path.join(data_dir, 'cifar-10-batches-py'))
-            + _files_under(os.path.join(data_dir, 'train'))
-            + _files_under(os.path.join(data_dir, 'test')))
-  if dataset == 'usps':
-    return [os.path.join(data_dir, n) for n in ('usps.bz2', 'usps.t.bz2', 'usps.h5',
-                                                 'usps.npz')]
-  if dataset == 'digits_domains':
-    return ([os.path.join(data_dir, 'mnist', n) for n in sources.IDX_FILES]
-            + [os.path.join(data_dir, 'usps', 'usps.npz')])
-  if dataset in multidomain.DATASETS:
-    return multidomain.input_files(dataset, data_dir)
-  if dataset == 'ag_news':
-    return ([os.path.join(data_dir, text.AG_NEWS_ARCHIVE)]
-            + [os.path.join(data_dir, n) for n in ('train.csv', 'test.csv', 'classes.txt')]
-            + _files_under(os.path.join(data_dir, text.AG_NEWS_FOLDER)))
-  if dataset == 'sst5':
-    return ([os.path.join(data_dir, text.SST5_ARCHIVE)]
-            + [os.path.join(data_dir, n) for n in text.SST5_SPLITS.values()]
-            + _files_under(os.path.join(data_dir, 'trees')))
-  return []
-
-
-def _files_under(directory):
-  """Every file below `directory`, sorted (none if it does not exist)."""
-  return sorted(os.path.join(d, f) for d, _, files in os.walk(directory) for f in files)
-
-
 def input_files(config) -> list:
   """[(flag, absolute path)] of every file the run reads: dataset files, partition file,
   --init_params, --tokenizer's and --pretrained's files."""
   flag = '--data_dir' if config.data_dir and not config.dataset.startswith('npz:') \
       else '--dataset'
-  files = [(flag, p) for p in _dataset_files(config.dataset, config.data_dir)]
+  files = [(flag, p) for p in sources.dataset_files(config.dataset, config.data_dir)]
   if config.partition.startswith('file:'):
     files.append(('--partition', config.partition[5:]))
   if getattr(config, 'init_params', ''):
     files.append(('--init_params', config.init_params))
   if getattr(config, 'tokenizer', 'auto') not in ('', 'auto'):  # text: the tokenizer's files
     tok = config.tokenizer
-    files += [('--tokenizer', p) for p in (_files_under(tok) if os.path.isdir(tok) else [tok])]
+    files += [('--tokenizer', p) for p in (common.files_under(tok) if os.path.isdir(tok)
+                                           else [tok])]
   if getattr(config, 'pretrained', ''):  # the checkpoint's config, weights and tokenizer
-    from fedjax_drift.models import text  # pylint: disable=g-import-not-at-top
-    files += [('--pretrained', p) for p in text.checkpoint_files(config.pretrained)]
+    files += [('--pretrained', p) for p in text_models.checkpoint_files(config.pretrained)]
   return [(flag, os.path.abspath(p)) for flag, p in files]
 
 

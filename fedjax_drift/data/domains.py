@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from fedjax_drift.data import sources
+from fedjax_drift.data import common, local
 from fedjax_drift.errors import UserError
 
 DOMAINS = ('mnist', 'usps', 'rotated', 'inverted', 'noisy', 'low_contrast')
@@ -50,12 +50,12 @@ def _transform(name, images, rng):
 def _mnist_and_usps(data_dir):
   """MNIST and USPS arrays from DIR/mnist and DIR/usps, or from the imported copies."""
   if not data_dir:
-    return sources.load_imported('mnist'), sources.load_imported('usps')
+    return common.load_imported('mnist'), common.load_imported('usps')
   mnist_dir, usps_dir = os.path.join(data_dir, 'mnist'), os.path.join(data_dir, 'usps')
   if not os.path.isdir(mnist_dir) or not os.path.isdir(usps_dir):
     raise UserError(f'--dataset=digits_domains needs --data_dir holding mnist/ (IDX files) and '
                     f'usps/; {data_dir} does not (or import both with fedjax-drift-data)')
-  return sources.read_idx_dir(mnist_dir), sources.load_usps(usps_dir)
+  return local.read_idx_dir(mnist_dir), local.load_usps(usps_dir)
 
 
 def load_digits_domains(data_dir, seed=0):
@@ -84,8 +84,26 @@ def load_digits_domains(data_dir, seed=0):
       parts[split][2].append(np.full(len(y), d, np.int32))
   (xtr, ytr, dtr), (xte, yte, dte) = [[np.concatenate(a) for a in parts[s]]
                                       for s in ('train', 'test')]
-  return sources.validate('digits_domains', xtr[..., None], ytr, xte[..., None], yte,
-                          domains_train=dtr, domains_test=dte, domain_names=DOMAINS)
+  return common.validate('digits_domains', xtr[..., None], ytr, xte[..., None], yte,
+                         domains_train=dtr, domains_test=dte, domain_names=DOMAINS)
+
+
+def load(dataset, data_dir=None, **_):
+  """--dataset=digits_domains: load_digits_domains(data_dir) (the imported copies without)."""
+  del dataset
+  return load_digits_domains(data_dir)
+
+
+def _folder_files(dataset, folder):
+  """The files digits_domains reads from a --data_dir folder."""
+  del dataset
+  return ([os.path.join(folder, 'mnist', n) for n in local.IDX_FILES]
+          + [os.path.join(folder, 'usps', 'usps.npz')])
+
+
+common.register_dataset(
+    'digits_domains', 'six digit domains from MNIST and USPS (covariate shift, '
+    '--partition=domains)', load, folder_files=_folder_files)
 
 
 def clients_per_domain(train_sizes, num_clients):

@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 
-from fedjax_drift.data import formats
+from fedjax_drift.data import common, formats
 from fedjax_drift.errors import UserError
 
 CIFAR100_LABELS = ('fine', 'coarse')
@@ -307,7 +307,6 @@ def read_emnist(path, split='byclass'):
   then A-Z, then a-z; see emnist-SPLIT-mapping.txt), except `letters`, whose labels 1..26
   (A/a ... Z/z) are shifted to 0..25 so that classes start at 0.
   """
-  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
   if split not in EMNIST_SPLITS:
     raise UserError(f'--emnist_split={split} is unknown; use one of {", ".join(EMNIST_SPLITS)}')
   path = _emnist_path(path)
@@ -319,7 +318,7 @@ def read_emnist(path, split='byclass'):
     for name, ndim in zip(emnist_files(split), (3, 1, 3, 1)):
       with open_file(name) as f:
         try:
-          arrays.append(sources._read_idx(f, ndim, where(name)))  # pylint: disable=protected-access
+          arrays.append(common.read_idx(f, ndim, where(name)))
         except (zipfile.BadZipFile, zlib.error) as e:
           raise UserError(f'cannot read {where(name)}: {_one_line(e)}') from None
   finally:
@@ -366,25 +365,11 @@ def read_svhn(path):
   return {'x_train': x_train, 'y_train': y_train, 'x_test': x_test, 'y_test': y_test}
 
 
-
 # ---------------------------------------------------------------------------------------------
-# --dataset names, the cache names `fedjax-drift-data import` writes, and loading.
+# Loading: --dataset=cifar100, tiny_imagenet, svhn, emnist and emnist_SPLIT (the cache names
+# `fedjax-drift-data import` writes: EMNIST's are per split).
 
 EMNIST_NAMES = tuple(f'emnist_{s}' for s in EMNIST_SPLITS)
-IMPORTABLE = ('cifar100', 'tiny_imagenet', 'svhn') + EMNIST_NAMES
-DATASETS = {
-    'cifar100': 'CIFAR-100: cifar-100-python.tar.gz, or imported; --cifar100_labels=fine|coarse',
-    'tiny_imagenet': 'Tiny-ImageNet 64x64, 200 classes (val = test): tiny-imagenet-200.zip, '
-                     'or imported',
-    'emnist': 'EMNIST --emnist_split (default byclass, 62 classes), or emnist_SPLIT: NIST\'s '
-              'gzip.zip, or imported',
-    'svhn': 'SVHN cropped digits 32x32: train_32x32.mat + test_32x32.mat, or imported',
-}
-
-
-def handles(dataset):
-  """True for the --dataset values this module loads."""
-  return dataset in ('cifar100', 'tiny_imagenet', 'svhn', 'emnist') + EMNIST_NAMES
 
 
 def emnist_name(dataset, emnist_split='byclass'):
@@ -429,13 +414,12 @@ def read(dataset, data_dir):
 
 def _imported(name, extra=()):
   """The imported cache of `name` as the arrays dict, with the `extra` arrays too."""
-  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
-  path = sources.imported_path(name)
+  path = common.imported_path(name)
   if name in EMNIST_NAMES[1:] and not os.path.exists(path):  # import takes byclass by default
     raise UserError(f'EMNIST\'s {name[len("emnist_"):]} split needs --data_dir=DIR, or import it '
                     f'once with `fedjax-drift-data import DIR --dataset={name}` (nothing at '
                     f'{path})')
-  arrays = dict(zip(('x_train', 'y_train', 'x_test', 'y_test'), sources.load_imported(name)))
+  arrays = dict(zip(('x_train', 'y_train', 'x_test', 'y_test'), common.load_imported(name)))
   with np.load(path, allow_pickle=False) as f:
     missing = [k for k in extra if k not in f]
     if missing:
@@ -446,11 +430,10 @@ def _imported(name, extra=()):
 
 
 def load(dataset, data_dir=None, cifar100_labels='fine', emnist_split='byclass', **_):
-  """A validated sources.Dataset of `dataset` (see `handles`), from --data_dir or the cache.
+  """A validated Dataset of `dataset` (registered below), from --data_dir or the cache.
 
   cifar100_labels picks CIFAR-100's fine (100) or coarse (20) labels; emnist_split the EMNIST
   split of --dataset=emnist. The Dataset's name is the --dataset value."""
-  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
   name = emnist_name(dataset, emnist_split) if dataset.startswith('emnist') else dataset
   if cifar100_labels not in CIFAR100_LABELS:
     raise UserError(f'--cifar100_labels={cifar100_labels} is unknown; use fine or coarse')
@@ -459,8 +442,26 @@ def load(dataset, data_dir=None, cifar100_labels='fine', emnist_split='byclass',
   arrays = read(name, data_dir) if data_dir else _imported(name, extra)
   if coarse:
     arrays['y_train'], arrays['y_test'] = arrays['y_train_coarse'], arrays['y_test_coarse']
-  return sources.validate(dataset, arrays['x_train'], arrays['y_train'], arrays['x_test'],
-                          arrays['y_test'])
+  return common.validate(dataset, arrays['x_train'], arrays['y_train'], arrays['x_test'],
+                         arrays['y_test'])
+
+
+common.register_dataset(
+    'cifar100', 'CIFAR-100: cifar-100-python.tar.gz, or imported; --cifar100_labels=fine|coarse',
+    load, reads=('cifar100_labels',), importable=True)
+common.register_dataset(
+    'tiny_imagenet', 'Tiny-ImageNet 64x64, 200 classes (val = test): tiny-imagenet-200.zip, '
+    'or imported', load, importable=True)
+common.register_dataset(
+    'emnist', 'EMNIST --emnist_split (default byclass, 62 classes), or emnist_SPLIT: NIST\'s '
+    'gzip.zip, or imported', load, reads=('emnist_split',))
+common.register_dataset(
+    'svhn', 'SVHN cropped digits 32x32: train_32x32.mat + test_32x32.mat, or imported',
+    load, importable=True)
+for _split, _name in zip(EMNIST_SPLITS, EMNIST_NAMES):  # --list shows them as `emnist` only
+  common.register_dataset(
+      _name, f'EMNIST\'s {_split} split (--dataset=emnist --emnist_split={_split})', load,
+      reads=('emnist_split',), importable=True, shown='')
 
 
 # ---------------------------------------------------------------------------------------------

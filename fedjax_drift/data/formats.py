@@ -2,7 +2,7 @@
 
 Each reader returns (x_train, y_train, x_test, y_test) as numpy arrays, images NHWC, and
 raises UserError naming the file it cannot read. MNIST-style IDX files are read by
-sources.read_idx_dir.
+local.read_idx_dir.
 """
 import bz2
 import io

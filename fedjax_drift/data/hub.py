@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from fedjax_drift.data import images, multidomain, sources
+from fedjax_drift.data import common, images, multidomain, text
 from fedjax_drift.errors import UserError
 
 TFDS_DOMAINNET = tuple(f'domainnet/{site}' for site in multidomain.DOMAINNET_SITES)
@@ -162,7 +162,6 @@ def _tfds_split(name, split, data_dir, size):
 def load_tfds(name, data_dir=None, image_size=0, **options):
   """A TFDS dataset's train and test splits; `domainnet` joins its six domain configs. A
   dataset of Text features (tfds:ag_news_subset) is tokenised (options: data/text.to_dataset's)."""
-  from fedjax_drift.data import text  # pylint: disable=g-import-not-at-top
   if name in ('domainnet',) + TFDS_DOMAINNET:
     image_size = image_size or multidomain.DOMAINNET_SIZE  # DomainNet's sizes vary
   configs = TFDS_DOMAINNET if name == 'domainnet' else (name,)
@@ -176,11 +175,11 @@ def load_tfds(name, data_dir=None, image_size=0, **options):
   y_train = np.concatenate([d[0][1] for d in parts])
   y_test = np.concatenate([d[1][1] for d in parts])
   if len(configs) == 1:
-    return sources.validate(f'tfds:{name}', x_train, y_train, x_test, y_test)
+    return common.validate(f'tfds:{name}', x_train, y_train, x_test, y_test)
   ids = lambda k: np.concatenate([np.full(len(d[k][1]), i, np.int32) for i, d in enumerate(parts)])
-  return sources.validate(f'tfds:{name}', x_train, y_train, x_test, y_test,
-                          domains_train=ids(0), domains_test=ids(1),
-                          domain_names=tuple(c.split('/')[-1] for c in configs))
+  return common.validate(f'tfds:{name}', x_train, y_train, x_test, y_test,
+                         domains_train=ids(0), domains_test=ids(1),
+                         domain_names=tuple(c.split('/')[-1] for c in configs))
 
 
 # --- Hugging Face datasets ---------------------------------------------------------------
@@ -310,4 +309,24 @@ def load_hf(spec, data_dir=None, image_size=0, image_column='', label_column='',
         raise
       raise UserError(f'--dataset=hf:{spec}: cannot read {where}: {_first_line(e)}') from None
   arrays[0], arrays[2] = images.same_channels(arrays[0], arrays[2])
-  return sources.validate(f'hf:{spec}', *arrays, groups=groups)
+  return common.validate(f'hf:{spec}', *arrays, groups=groups)
+
+
+def _hf_files(dataset, data_dir):
+  """A save_to_disk folder's files (a dataset from the local cache is known by name only)."""
+  folder = saved_folder(dataset[len('hf:'):], data_dir)
+  return common.files_under(folder) if folder else []
+
+
+# A tfds: dataset may be text (tfds:ag_news_subset), so it counts as reading the tokenizer flags.
+common.register_dataset(
+    'tfds:', 'a TensorFlow Datasets dataset (downloaded once, needs internet); '
+    'tfds:domainnet = its six domains with domain ids; text ones '
+    '(tfds:ag_news_subset) are tokenised',
+    load, reads=text.TOKENIZER_READS, shared=('image_size', 'pretrained'), prefix=True,
+    shown='tfds:NAME')
+common.register_dataset(
+    'hf:', 'a Hugging Face `datasets` dataset, offline: hf:DIR (save_to_disk) '
+    'or NAME from the local cache (pip install ".[hf]")',
+    load, reads=('hf_image_column', 'hf_label_column', 'hf_train_split', 'hf_test_split'),
+    shared=('image_size',), prefix=True, shown='hf:NAME[:CONFIG]', files=_hf_files)

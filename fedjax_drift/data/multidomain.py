@@ -23,12 +23,11 @@ Pickles are read with formats' restricted unpickler: numpy arrays and plain cont
 """
 import io
 import os
-import pickle
 import zipfile
 
 import numpy as np
 
-from fedjax_drift.data import formats, images, sources
+from fedjax_drift.data import common, formats, images
 from fedjax_drift.errors import UserError
 
 DIGITS5 = (('mnist', 'MNIST'), ('svhn', 'SVHN'), ('usps', 'USPS'),
@@ -40,7 +39,6 @@ DOMAINNET_SITES = ('clipart', 'infograph', 'painting', 'quickdraw', 'real', 'ske
 DOMAINNET_CLASSES = ('bird', 'feather', 'headphones', 'ice_cream', 'teapot', 'tiger', 'whale',
                      'windmill', 'wine_glass', 'zebra')
 DOMAINNET_SIZE = 64
-DATASETS = ('digits5', 'domainnet')
 FOLDERS = tuple(f for _, f in DIGITS5) + DOMAINNET_SITES  # read by the readers, not walked
 
 
@@ -124,10 +122,10 @@ def read_digits5(root, image_size=0):
   domains = [_digits_domain(os.path.join(root, folder), size) for _, folder in DIGITS5]
   cat = lambda k: np.concatenate([d[k] for d in domains])
   ids = lambda k: np.concatenate([np.full(len(d[k]), i, np.int32) for i, d in enumerate(domains)])
-  return sources.validate('digits5', cat(0), cat(1), cat(3), cat(4),
-                          domains_train=ids(1), domains_test=ids(4),
-                          domain_names=tuple(name for name, _ in DIGITS5),
-                          groups={PART_GROUP: cat(2)})
+  return common.validate('digits5', cat(0), cat(1), cat(3), cat(4),
+                         domains_train=ids(1), domains_test=ids(4),
+                         domain_names=tuple(name for name, _ in DIGITS5),
+                         groups={PART_GROUP: cat(2)})
 
 
 def select_parts(ds, parts):
@@ -246,9 +244,9 @@ def read_domainnet(root, image_size=0):
   cat = lambda split: np.concatenate([splits[split, s][1] for s in DOMAINNET_SITES])
   ids = lambda split: np.concatenate([np.full(len(splits[split, s][1]), d, np.int32)
                                       for d, s in enumerate(DOMAINNET_SITES)])
-  return sources.validate('domainnet', out['train'], cat('train'), out['test'], cat('test'),
-                          domains_train=ids('train'), domains_test=ids('test'),
-                          domain_names=DOMAINNET_SITES)
+  return common.validate('domainnet', out['train'], cat('train'), out['test'], cat('test'),
+                         domains_train=ids('train'), domains_test=ids('test'),
+                         domain_names=DOMAINNET_SITES)
 
 
 # --- finding, loading ---------------------------------------------------------------------
@@ -313,11 +311,22 @@ def load(dataset, data_dir=None, image_size=0, digits5_parts=1, **_):
     ds = read_digits5(root, image_size) if dataset == 'digits5' else read_domainnet(
         root, image_size)
   else:
-    path = sources.imported_path(dataset)
-    ds = sources.validate(dataset, *sources.load_imported(dataset),
-                          **sources.npz_structure(path))
+    path = common.imported_path(dataset)
+    ds = common.validate(dataset, *common.load_imported(dataset),
+                         **common.npz_structure(path))
     if image_size and ds.x_train.shape[1] != image_size:
       raise UserError(f'--image_size={image_size}: the imported {dataset} ({path}) is '
                       f'{ds.x_train.shape[1]}x{ds.x_train.shape[2]}; import it again with '
                       f'`fedjax-drift-data import DIR --image_size={image_size}`')
   return select_parts(ds, digits5_parts) if dataset == 'digits5' else ds
+
+
+common.register_dataset(
+    'digits5', 'FedBN\'s five digit domains (MNIST, SVHN, USPS, SynthDigits, MNIST-M), 28x28x3, '
+    'domain ids; FedBN\'s digit archive, imported once',
+    load, reads=('digits5_parts',), shared=('image_size',), importable=True,
+    folder_files=input_files)
+common.register_dataset(
+    'domainnet', 'FedBN\'s 10-class DomainNet subset, 6 domains, domain ids; FedBN\'s split '
+    'files + DomainNet images, imported once at --image_size (default 64)',
+    load, shared=('image_size',), importable=True, folder_files=input_files)

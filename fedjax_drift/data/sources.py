@@ -1,247 +1,52 @@
-"""Where examples come from: the embedded subset, local files, imported copies, or TFDS.
+"""Where examples come from: the dispatcher from a --dataset value to its loader.
 
-Every loader returns a `Dataset` of numpy arrays. Images keep their compact dtype (uint8 stays
-uint8 on the device and is scaled to [0, 1] inside the compiled step); float features are used
-unchanged. Images are stored NHWC; flat feature vectors keep their shape.
+Each dataset registers once, beside its loader (fedjax_drift/registry.py, kind 'dataset';
+data/common.py's register_dataset): data/local.py (embedded, mnist, fashion_mnist, cifar10,
+usps, npz:PATH), downloads.py (cifar100, tiny_imagenet, emnist, svhn), text.py (ag_news, sst5,
+text:PATH), domains.py (digits_domains), multidomain.py (digits5, domainnet) and hub.py
+(tfds:NAME, hf:NAME). This module imports them all, so that they have registered before
+anything reads the registry, and derives from their entries the tables below: the --list
+summaries (DATASETS), the names `fedjax-drift-data import` accepts (IMPORTABLE), the Config
+fields the loaders take (LOAD_OPTIONS), the loader (`load`) and the files a run reads
+(`dataset_files`). The loaders import data/common.py, never this module.
 """
-import gzip
-import hashlib
-import os
-import tarfile
-from typing import NamedTuple
+import numpy as np  # noqa: F401 (tests patch sources.np.savez, numpy's own)
 
-import numpy as np
-
-from fedjax_drift.data import downloads, formats, text
-from fedjax_drift.data.formats import CIFAR10_CLASSES  # noqa: F401 (re-exported)
+from fedjax_drift import registry
+from fedjax_drift.data import common, domains, downloads, hub, local, multidomain, text
+# Re-exported: importers name these sources.X (the toolbox moved to data/common.py, the local
+# file loaders to data/local.py).
+from fedjax_drift.data.common import (  # noqa: F401
+    Dataset, check_tokens, imported_path, load_imported, load_npz, npz_structure, validate,
+    write_npz)
+from fedjax_drift.data.common import cache_dir as _cache_dir  # noqa: F401
+from fedjax_drift.data.formats import CIFAR10_CLASSES  # noqa: F401
+from fedjax_drift.data.local import (EMBEDDED_PATH, IDX_FILES, load_cifar10,  # noqa: F401
+                                     load_cifar10_jpeg, load_usps, read_idx_dir)
 from fedjax_drift.errors import UserError, did_you_mean
 
-EMBEDDED_PATH = os.path.join(os.path.dirname(__file__), 'fashion_mnist_small.npz')
-# --dataset values (the Dataset's name is always the flag value), with one line each.
-DATASETS = {
-    'embedded': 'Fashion-MNIST subset shipped in the package: 6,000 train / 1,000 test, 28x28',
-    'mnist': 'MNIST: --data_dir with the four IDX .gz files, or imported once',
-    'fashion_mnist': 'Fashion-MNIST: --data_dir with the four IDX .gz files, or imported once',
-    'cifar10': 'CIFAR-10: cifar-10-python.tar.gz or {train,test}/<class>/*.jpg, or imported',
-    'usps': 'USPS 16x16 digits: usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5 or usps.npz, or imported',
-    **downloads.DATASETS,  # cifar100, tiny_imagenet, emnist, svhn
-    **text.DATASETS,  # ag_news, sst5, text:PATH
-    'digits_domains': 'six digit domains from MNIST and USPS (covariate shift, '
-                      '--partition=domains)',
-    'digits5': 'FedBN\'s five digit domains (MNIST, SVHN, USPS, SynthDigits, MNIST-M), 28x28x3, '
-               'domain ids; FedBN\'s digit archive, imported once',
-    'domainnet': 'FedBN\'s 10-class DomainNet subset, 6 domains, domain ids; FedBN\'s split '
-                 'files + DomainNet images, imported once at --image_size (default 64)',
-    'npz:PATH': 'any .npz with x_train, y_train, x_test, y_test (optional d_train, d_test, '
-                'domain_names, <column>_train; x_val, y_val: its own validation split; '
-                'vocab_size for int32 token data [N, 2, L])',
-    'tfds:NAME': 'a TensorFlow Datasets dataset (downloaded once, needs internet); '
-                 'tfds:domainnet = its six domains with domain ids; text ones '
-                 '(tfds:ag_news_subset) are tokenised',
-    'hf:NAME[:CONFIG]': 'a Hugging Face `datasets` dataset, offline: hf:DIR (save_to_disk) '
-                        'or NAME from the local cache (pip install ".[hf]")',
-}
-IMPORTABLE = ('mnist', 'fashion_mnist', 'cifar10', 'usps', 'digits5', 'domainnet')
-IMPORTABLE += downloads.IMPORTABLE  # cifar100, tiny_imagenet, svhn, emnist_SPLIT
-IMPORTABLE += text.IMPORTABLE  # ag_news, sst5 (their texts; tokenised when loaded)
-# Config fields that reach the loaders (sources.load's keyword options).
-LOAD_OPTIONS = ('image_size', 'digits5_parts', 'hf_image_column', 'hf_label_column',
-                'hf_train_split', 'hf_test_split', 'cifar100_labels', 'emnist_split',
-                'tokenizer', 'vocab_size', 'max_seq_len', 'pretrained')
-IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
-             't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
+# The loader modules in --list order (entries of one module keep their registration order).
+LOADERS = (local, downloads, text, domains, multidomain, hub)
 
 
-class Dataset(NamedTuple):
-  """A validated dataset. The optional fields describe structure beyond (x, y):
-
-  domains_train/domains_test: int32 domain id per example (multi-domain data, for
-    --partition=domains and per-domain evaluation); domain_names: one name per id.
-  groups: {column name: int32 id per training example} (natural partitions,
-    --partition=natural:COLUMN), e.g. {'client': ...} or {'writer': ...}.
-  vocab_size: 0 for images and features; for text, the tokenizer's vocabulary size, and x is
-    int32 [N, 2, L]: x[:, 0] token ids in [0, vocab_size), x[:, 1] the attention mask (1 = a
-    real token, 0 = padding); see data/text.py.
-  x_val/y_val: the dataset's own validation split (SST-5's dev.txt), or None.
-  """
-  name: str
-  x_train: np.ndarray
-  y_train: np.ndarray
-  x_test: np.ndarray
-  y_test: np.ndarray
-  num_classes: int
-  domains_train: np.ndarray = None
-  domains_test: np.ndarray = None
-  domain_names: tuple = ()
-  groups: dict = None
-  vocab_size: int = 0
-  x_val: np.ndarray = None
-  y_val: np.ndarray = None
+def _entries():
+  """The dataset entries in LOADERS order, whichever module the process imported first."""
+  order = {m.__name__: i for i, m in enumerate(LOADERS)}
+  return sorted(registry.entries('dataset').values(),
+                key=lambda e: order.get(e.info.load.__module__, len(LOADERS)))
 
 
-def _read_idx(path, expected_ndim, where=None):
-  """A gzipped uint8 IDX file (a path, or a binary file object named `where`) -> its array."""
-  where = where or path
-  try:
-    with gzip.open(path, 'rb') as f:
-      raw = f.read()
-  except (OSError, EOFError) as e:
-    raise UserError(f'cannot read IDX file {where}: {e}') from None
-  if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 8:
-    raise UserError(f'{where} is not a uint8 IDX file (bad magic number)')
-  ndim = raw[3]
-  if ndim != expected_ndim:
-    raise UserError(f'{where}: expected {expected_ndim} dimensions, found {ndim}')
-  header = 4 + 4 * ndim
-  shape = tuple(int.from_bytes(raw[4 + 4 * i:8 + 4 * i], 'big') for i in range(ndim))
-  if len(raw) != header + int(np.prod(shape)):
-    raise UserError(f'{where} is truncated: header says {shape}, '
-                    f'file has {len(raw) - header} data bytes')
-  return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
+def _options(entries):
+  """The Config fields the loaders take: the entries' reads and shared fields, once each."""
+  return tuple(dict.fromkeys(f for e in entries for f in e.info.shared + e.reads))
 
 
-def read_idx_dir(data_dir):
-  """Reads the four gzipped IDX files of an MNIST-style directory."""
-  if not os.path.isdir(data_dir):
-    raise UserError(f'--data_dir={data_dir} is not a directory')
-  paths = [os.path.join(data_dir, name) for name in IDX_FILES]
-  for p in paths:
-    if not os.path.exists(p):
-      raise UserError(f'missing {p} (an MNIST-style --data_dir holds {", ".join(IDX_FILES)})')
-  x_train, y_train = _read_idx(paths[0], 3), _read_idx(paths[1], 1)
-  x_test, y_test = _read_idx(paths[2], 3), _read_idx(paths[3], 1)
-  return x_train[..., None], y_train, x_test[..., None], y_test
-
-
-def load_npz(path, name=None):
-  """Arrays x_train, y_train, x_test, y_test; uint8 images get a trailing channel if 3-D."""
-  if not os.path.exists(path):
-    raise UserError(f'data file {path} does not exist')
-  try:
-    with np.load(path, allow_pickle=False) as f:
-      missing = [k for k in ('x_train', 'y_train', 'x_test', 'y_test') if k not in f]
-      if missing:
-        raise UserError(f'{path} lacks arrays {missing} (need x_train, y_train, x_test, y_test)')
-      arrays = {k: f[k] for k in ('x_train', 'y_train', 'x_test', 'y_test')}
-  except UserError:
-    raise
-  except Exception as e:  # zipfile/pickle errors of a truncated or foreign file
-    raise UserError(f'cannot read {path} as npz: {e}') from None
-  x_train, x_test = arrays['x_train'], arrays['x_test']
-  tokens = x_train.dtype != np.uint8 and np.issubdtype(x_train.dtype, np.integer)
-  if x_train.ndim == 3 and x_test.ndim == 3 and not tokens:  # grey images without channel axis
-    x_train, x_test = x_train[..., None], x_test[..., None]
-  return x_train, arrays['y_train'], x_test, arrays['y_test']
-
-
-def _cache_dir():
-  return os.environ.get('FEDJAX_DRIFT_CACHE',
-                        os.path.join(os.path.expanduser('~'), '.cache', 'fedjax_drift'))
-
-
-def imported_path(name):
-  """Where `fedjax-drift-data import` keeps dataset `name`: CACHE/datasets/NAME.npz."""
-  return os.path.join(_cache_dir(), 'datasets', f'{name}.npz')
-
-
-def load_imported(name):
-  """The imported copy of `name`, or a UserError saying how to get one."""
-  path = imported_path(name)
-  if not os.path.exists(path):
-    raise UserError(f'--dataset={name} needs --data_dir=DIR, or import the files once with '
-                    f'`fedjax-drift-data import DIR` (nothing at {path})')
-  return load_npz(path)
-
-
-def _with_channel(x_train, y_train, x_test, y_test):
-  if x_train.ndim == 3:
-    x_train, x_test = x_train[..., None], x_test[..., None]
-  return x_train, y_train, x_test, y_test
-
-
-def load_cifar10(data_dir):
-  """CIFAR-10 from --data_dir: the official python tarball (or its extracted folder), the
-  cifar10-jpeg.tar.gz tarball, or a directory of {train,test}/<class>/*.jpg."""
-  candidates = [data_dir, os.path.join(data_dir, 'cifar-10-python.tar.gz'),
-                os.path.join(data_dir, 'cifar-10-batches-py')]
-  for path in candidates:
-    if os.path.isfile(path) and path.endswith('cifar-10-python.tar.gz'):
-      return formats.read_cifar10_python(path)
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, 'test_batch')):
-      return formats.read_cifar10_python(path)
-  if os.path.isdir(os.path.join(data_dir, 'train')):
-    return formats.read_cifar10_jpeg_dir(data_dir)
-  return load_cifar10_jpeg(data_dir)
-
-
-def load_usps(data_dir):
-  """USPS from --data_dir: LIBSVM usps.bz2 + usps.t.bz2, usps.h5, or usps.npz (or the file)."""
-  if data_dir.endswith('.npz'):
-    return load_npz(data_dir)
-  if data_dir.endswith('.h5'):
-    return _with_channel(*formats.read_usps_h5(data_dir))
-  libsvm = [os.path.join(data_dir, n) for n in ('usps.bz2', 'usps.t.bz2')]
-  if all(os.path.exists(p) for p in libsvm):
-    return _with_channel(*formats.read_usps_libsvm(*libsvm))
-  if os.path.exists(os.path.join(data_dir, 'usps.h5')):
-    return _with_channel(*formats.read_usps_h5(os.path.join(data_dir, 'usps.h5')))
-  path = os.path.join(data_dir, 'usps.npz')
-  if not os.path.exists(path):
-    raise UserError(f'--data_dir={data_dir} holds no USPS files (usps.bz2 + usps.t.bz2, '
-                    'usps.h5 or usps.npz)')
-  return load_npz(path)
-
-
-def load_cifar10_jpeg(data_dir, cache=True):
-  """CIFAR-10 from a tarball of {train,test}/<class>/*.jpg, decoded once and cached as .npz.
-
-  Labels follow the canonical CIFAR-10 order (airplane=0 ... truck=9), not the sorted folder
-  names. The cache lives outside the data folder, keyed by the tarball's checksum.
-  cache=False decodes without reading or writing that cache (`fedjax-drift-data import` keeps
-  its own copy, datasets/cifar10.npz: a second one would double the ~185 MB).
-  """
-  tar_path = data_dir
-  if os.path.isdir(data_dir):
-    tar_path = os.path.join(data_dir, 'cifar10-jpeg.tar.gz')
-  if not os.path.exists(tar_path):
-    raise UserError(f'missing {tar_path} (--dataset=cifar10 expects cifar10-jpeg.tar.gz '
-                    'in --data_dir)')
-  digest = hashlib.sha256()
-  with open(tar_path, 'rb') as f:
-    for chunk in iter(lambda: f.read(1 << 20), b''):
-      digest.update(chunk)
-  cache = cache and os.path.join(_cache_dir(), f'cifar10-{digest.hexdigest()[:16]}.npz')
-  if cache and os.path.exists(cache):
-    return load_npz(cache)
-  try:
-    with tarfile.open(tar_path, 'r:gz') as tar:
-      items = ((m.name, tar.extractfile(m).read()) for m in tar
-               if m.isfile() and m.name.endswith('.jpg'))
-      arrays = formats.cifar10_from_jpegs(items, tar_path)
-  except (tarfile.TarError, OSError, EOFError) as e:
-    raise UserError(f'cannot read CIFAR-10 tarball {tar_path}: {e}') from None
-  out = dict(zip(('x_train', 'y_train', 'x_test', 'y_test'), arrays))
-  if not cache:
-    return arrays
-  write_npz(cache, **out)
-  return out['x_train'], out['y_train'], out['x_test'], out['y_test']
-
-
-def write_npz(path, **arrays):
-  """Writes `arrays` to `path` (.npz) through a temporary beside it, renamed into place: an
-  interrupt or a failure leaves no partial file. A failed write (a full disk, no permission)
-  is one UserError naming `path`."""
-  tmp = f'{path}.tmp{os.getpid()}.npz'
-  try:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-  except OSError as e:
-    raise UserError(f'cannot write {path}: {e.strerror or e} (make room, or set '
-                    'FEDJAX_DRIFT_CACHE to a writable folder with room)') from None
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+# --dataset values as --list shows them (npz:PATH for the prefix npz:), with one line each.
+DATASETS = {e.info.shown: e.summary for e in _entries() if e.info.shown}
+# What `fedjax-drift-data import` writes and --dataset=NAME then reads without --data_dir.
+IMPORTABLE = tuple(e.name for e in _entries() if e.info.importable)
+# Config fields that reach the loaders (load's keyword options).
+LOAD_OPTIONS = _options(_entries())
 
 
 def load_options(config):
@@ -249,195 +54,21 @@ def load_options(config):
   return {k: getattr(config, k) for k in LOAD_OPTIONS if hasattr(config, k)}
 
 
-def npz_structure(path):
-  """The optional structure arrays of an npz (an imported cache or npz:PATH), as validate's
-  keywords: d_train/d_test (domain ids), domain_names, <column>_train (group ids),
-  vocab_size (a scalar: token data, x int32 [N, 2, L] of ids and attention mask), and x_val/
-  y_val (the dataset's own validation split, for --val_source=dataset)."""
-  try:
-    with np.load(path, allow_pickle=False) as f:
-      out = {}
-      if 'x_val' in f or 'y_val' in f:  # validate refuses one without the other
-        out.update({k: f[k] for k in ('x_val', 'y_val') if k in f})
-      if 'vocab_size' in f:
-        out['vocab_size'] = int(f['vocab_size'])
-      if 'd_train' in f or 'd_test' in f:
-        out['domains_train'] = f['d_train'] if 'd_train' in f else None
-        out['domains_test'] = f['d_test'] if 'd_test' in f else None
-      if 'domain_names' in f:
-        out['domain_names'] = tuple(str(n) for n in f['domain_names'])
-      groups = {k[:-len('_train')]: f[k] for k in f.files
-                if k.endswith('_train') and k not in ('x_train', 'y_train', 'd_train')}
-  except Exception as e:  # pylint: disable=broad-except
-    raise UserError(f'cannot read {path} as npz: {e}') from None
-  return dict(out, groups=groups) if groups else out
-
-
 def load(dataset, data_dir=None, **options):
   """Loads `dataset` (a name from the CLI's --dataset) into a validated `Dataset`.
 
   options: the LOAD_OPTIONS flags (image_size, hf_* ...); each loader takes the ones it uses."""
-  from fedjax_drift.data import domains, hub, multidomain  # pylint: disable=g-import-not-at-top
-  structure = {}
-  if dataset == 'embedded':
-    arrays = load_npz(EMBEDDED_PATH)
-  elif dataset == 'digits_domains':
-    return domains.load_digits_domains(data_dir)
-  elif dataset in multidomain.DATASETS:
-    return multidomain.load(dataset, data_dir, **options)
-  elif dataset.startswith(('tfds:', 'hf:')):
-    return hub.load(dataset, data_dir, **options)
-  elif downloads.handles(dataset):
-    return downloads.load(dataset, data_dir, **options)
-  elif text.handles(dataset):
-    return text.load(dataset, data_dir, **options)
-  elif dataset in IMPORTABLE and not data_dir:
-    arrays = load_imported(dataset)
-    structure = npz_structure(imported_path(dataset))
-  elif dataset in ('mnist', 'fashion_mnist'):
-    arrays = read_idx_dir(data_dir)
-  elif dataset == 'cifar10':
-    arrays = load_cifar10(data_dir)
-  elif dataset == 'usps':
-    arrays = load_usps(data_dir)
-  elif dataset.startswith('npz:'):
-    arrays = load_npz(dataset[4:])
-    structure = npz_structure(dataset[4:])
-  else:
+  entry = registry.find('dataset', dataset)
+  if entry is None:
     raise UserError(f'--dataset={dataset} is unknown; use one of {", ".join(DATASETS)}'
                     f'{did_you_mean(dataset, [d for d in DATASETS if d.islower()])}')
-  return validate(dataset, *arrays, **structure)
+  return entry.info.load(dataset, data_dir, **options)
 
 
-def _finite_float32(name, split, x):
-  """x as float32, checked finite after the cast: what the model sees (float64 beyond
-  float32's range becomes inf)."""
-  with np.errstate(over='ignore'):
-    cast = x.astype(np.float32)
-  if not np.all(np.isfinite(cast)):
-    why = ('NaN or infinite features' if not np.all(np.isfinite(x)) else
-           f'features beyond float32\'s range (|x| > {np.finfo(np.float32).max:.3g}), which '
-           'become infinite as float32')
-    raise UserError(f'{name}: {split} holds {why}')
-  return cast
-
-
-def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains_test=None,
-             domain_names=(), groups=None, vocab_size=0, x_val=None, y_val=None):
-  """Checks shapes, label range and finiteness; returns a Dataset with int32 labels.
-
-  The optional structure (domain ids per split, group columns per training example) is
-  checked for length and integrality and carried as int32 (see `Dataset`). vocab_size > 0:
-  x are token arrays int32 [N, 2, L], checked by `check_tokens` instead. x_val/y_val: an
-  optional validation split, checked as the test split is (`_validate_val`)."""
-  for split, x, y in (('train', x_train, y_train), ('test', x_test, y_test)):
-    if x.ndim < 2:
-      raise UserError(f'{name}: x_{split} must have a leading example axis, got shape {x.shape}')
-    if y.ndim != 1 or len(y) != len(x):
-      raise UserError(f'{name}: y_{split} shape {y.shape} does not match x_{split} {x.shape}')
-    if len(x) == 0:
-      raise UserError(f'{name}: the {split} split is empty')
-    if not np.issubdtype(y.dtype, np.integer):
-      if not np.all(np.equal(np.mod(y, 1), 0)):
-        raise UserError(f'{name}: y_{split} holds non-integer labels')
-    if vocab_size:
-      check_tokens(name, f'x_{split}', x, vocab_size)
-    elif x.dtype != np.uint8:
-      if not np.issubdtype(x.dtype, np.floating):
-        raise UserError(f'{name}: x_{split} has dtype {x.dtype}; use uint8 images or floats')
-  if x_train.shape[1:] != x_test.shape[1:]:
-    raise UserError(f'{name}: train examples have shape {x_train.shape[1:]}, '
-                    f'test examples {x_test.shape[1:]}')
-  y_train, y_test = y_train.astype(np.int64), y_test.astype(np.int64)
-  if y_train.min() < 0 or y_test.min() < 0:
-    raise UserError(f'{name}: labels must be >= 0')
-  num_classes = int(y_train.max()) + 1
-  if y_test.max() >= num_classes:
-    raise UserError(f'{name}: y_test holds label {int(y_test.max())}, outside the training '
-                    f'labels 0..{num_classes - 1}')
-  if num_classes > 100_000:
-    raise UserError(f'{name}: labels go up to {num_classes - 1}; expected class indices '
-                    '0..C-1')
-  if num_classes < 2:
-    raise UserError(f'{name}: need at least 2 classes, found {num_classes}')
-  # Every split by the same rules: floats finite after the float32 cast, and one scale for
-  # all (uint8 is divided by 255 on the device, floats are used as they are).
-  dtypes = x_train.dtype, x_test.dtype
-  if x_train.dtype != np.uint8 and not vocab_size:
-    x_train = _finite_float32(name, 'x_train', x_train)
-  if x_test.dtype != np.uint8 and not vocab_size:
-    x_test = _finite_float32(name, 'x_test', x_test)
-  if (dtypes[0] == np.uint8) != (dtypes[1] == np.uint8):
-    raise UserError(f'{name}: x_train is {dtypes[0]} and x_test is {dtypes[1]}, which '
-                    'the model would scale differently (uint8 is divided by 255, floats are '
-                    'used as they are); store both splits as uint8 or both as floats')
-  domains_train, domains_test = _check_domains(name, domains_train, domains_test, len(x_train),
-                                               len(x_test), domain_names)
-  groups = {k: _check_ids(name, f'{k}_train', v, len(x_train)) for k, v in (groups or {}).items()}
-  ds = Dataset(name, x_train, y_train.astype(np.int32), x_test, y_test.astype(np.int32),
-               num_classes, domains_train, domains_test, tuple(domain_names), groups or None,
-               int(vocab_size))
-  return ds if x_val is None and y_val is None else _validate_val(ds, x_val, y_val, dtypes[0])
-
-
-def _validate_val(ds, x_val, y_val, train_dtype):
-  """ds with its own validation split (x_val, y_val) checked by the test split's rules: same
-  example shape and scale as x_train, labels among the training labels."""
-  name = ds.name
-  if x_val is None or y_val is None:
-    raise UserError(f'{name}: a validation split needs both x_val and y_val')
-  if y_val.ndim != 1 or len(y_val) != len(x_val) or not len(x_val):
-    raise UserError(f'{name}: y_val shape {y_val.shape} does not match x_val {x_val.shape} '
-                    '(or the split is empty)')
-  if x_val.shape[1:] != ds.x_train.shape[1:]:
-    raise UserError(f'{name}: validation examples have shape {x_val.shape[1:]}, train '
-                    f'examples {ds.x_train.shape[1:]}')
-  if ds.vocab_size:
-    check_tokens(name, 'x_val', x_val, ds.vocab_size)
-  elif (x_val.dtype == np.uint8) != (train_dtype == np.uint8):
-    raise UserError(f'{name}: x_train is {train_dtype} and x_val is {x_val.dtype}; store both '
-                    'as uint8 or both as floats')
-  elif x_val.dtype != np.uint8:
-    x_val = _finite_float32(name, 'x_val', x_val)
-  if not np.all(np.equal(np.mod(y_val, 1), 0)) or y_val.min() < 0 or \
-      y_val.max() >= ds.num_classes:
-    raise UserError(f'{name}: y_val holds labels outside 0..{ds.num_classes - 1}')
-  return ds._replace(x_val=x_val, y_val=y_val.astype(np.int32))
-
-
-def check_tokens(name, split, x, vocab_size):
-  """A text split x (int32 [N, 2, L]: token ids, attention mask) with ids in
-  [0, vocab_size), a 0/1 mask and at least one real token per example; else a UserError."""
-  if x.ndim != 3 or x.shape[1] != 2 or x.dtype != np.int32:
-    raise UserError(f'{name}: {split} must be int32 [N, 2, L] (token ids, attention mask); '
-                    f'got {x.dtype} {x.shape}')
-  ids, mask = x[:, 0], x[:, 1]
-  if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-    raise UserError(f'{name}: {split} holds token ids outside [0, {vocab_size}) (the '
-                    'tokenizer\'s vocabulary)')
-  if not np.all((mask == 0) | (mask == 1)):
-    raise UserError(f'{name}: {split}\'s attention mask holds values other than 0 and 1')
-  empty = np.flatnonzero(mask.sum(1) == 0)
-  if empty.size:
-    raise UserError(f'{name}: {split} example {int(empty[0])} has no tokens (an empty text?)')
-
-
-def _check_ids(name, what, ids, n):
-  ids = np.asarray(ids)
-  if ids.shape != (n,):
-    raise UserError(f'{name}: {what} has shape {ids.shape}; expected one id per example ({n})')
-  if not np.issubdtype(ids.dtype, np.integer) or (n and ids.min() < 0):
-    raise UserError(f'{name}: {what} must hold integer ids >= 0')
-  return ids.astype(np.int32)
-
-
-def _check_domains(name, d_train, d_test, n_train, n_test, domain_names):
-  if d_train is None and d_test is None:
-    return None, None
-  if d_train is None or d_test is None:
-    raise UserError(f'{name}: domain ids need both d_train and d_test')
-  d_train = _check_ids(name, 'd_train', d_train, n_train)
-  d_test = _check_ids(name, 'd_test', d_test, n_test)
-  if domain_names and max(d_train.max(), d_test.max()) >= len(domain_names):
-    raise UserError(f'{name}: domain ids go beyond the {len(domain_names)} domain names')
-  return d_train, d_test
+def dataset_files(dataset, data_dir) -> list:
+  """The files the loader of --dataset reads (whether or not they exist), for the run's input
+  fingerprint; an unknown dataset: --data_dir when it names a file."""
+  entry = registry.find('dataset', dataset)
+  if entry is None:
+    return common.usual_files(dataset, data_dir, importable=False)
+  return entry.info.files(dataset, data_dir)

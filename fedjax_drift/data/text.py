@@ -40,6 +40,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from fedjax_drift.data import common
 from fedjax_drift.errors import UserError
 
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')  # BERT's, ids 0..4 when trained
@@ -50,15 +51,6 @@ SST5_SPLITS = {'train': 'train.txt', 'val': 'dev.txt', 'test': 'test.txt'}
 SST5_CLASSES = 5
 TEXT_SUFFIXES = ('.csv', '.jsonl')
 VAL_NAMES = ('validation', 'valid', 'val', 'dev')
-IMPORTABLE = ('ag_news', 'sst5')
-DATASETS = {
-    'ag_news': 'AG News, 4 topics (120,000 / 7,600 texts): ag_news_csv.tgz, or imported; '
-               'tokenised (--tokenizer, --max_seq_len)',
-    'sst5': 'SST-5, 5 sentiment classes (8,544 / 2,210 sentences, dev = validation): '
-            'Stanford\'s trainDevTestTrees_PTB.zip, or imported; tokenised',
-    'text:PATH': 'a CSV or JSONL file with text, label and split columns, or a folder with '
-                 'train.csv|jsonl and test.csv|jsonl; tokenised',
-}
 # Bumped when the tokenised arrays' layout changes, so old cache entries are not read.
 _CACHE_FORMAT = 1
 
@@ -76,11 +68,6 @@ class Texts(NamedTuple):
     """[(split name, texts, labels)] of the splits present: train, test, then val."""
     out = [('train', self.train, self.y_train), ('test', self.test, self.y_test)]
     return out + ([('val', self.val, self.y_val)] if self.val is not None else [])
-
-
-def handles(dataset):
-  """True for the --dataset values this module loads (tfds: goes through data/hub.py)."""
-  return dataset in IMPORTABLE or dataset.startswith('text:')
 
 
 def _one_line(e):
@@ -370,19 +357,17 @@ def unpack(data, offsets):
 
 
 def save_imported(name, texts: Texts):
-  """Writes `texts` to sources.imported_path(name) (text_<split>, offsets_<split>, y_<split>)."""
-  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
+  """Writes `texts` to common.imported_path(name) (text_<split>, offsets_<split>, y_<split>)."""
   arrays = {}
   for split, strings, labels in texts.splits():
     arrays[f'text_{split}'], arrays[f'offsets_{split}'] = pack(strings)
     arrays[f'y_{split}'] = np.asarray(labels, np.int64)
-  sources.write_npz(sources.imported_path(name), **arrays)
+  common.write_npz(common.imported_path(name), **arrays)
 
 
 def load_imported(name):
   """The Texts that `fedjax-drift-data import` stored for `name`."""
-  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
-  path = sources.imported_path(name)
+  path = common.imported_path(name)
   if not os.path.exists(path):
     raise UserError(f'--dataset={name} needs --data_dir=DIR, or import the files once with '
                     f'`fedjax-drift-data import DIR --dataset={name}` (nothing at {path})')
@@ -536,17 +521,12 @@ def texts_digest(strings):
   return _digest(*(s.encode('utf-8') for s in strings))
 
 
-def _cache_root():
-  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
-  return sources._cache_dir()  # pylint: disable=protected-access
-
-
 def trained_tokenizer(train_texts, vocab_size):
   """train_wordpiece(train_texts, vocab_size), cached as CACHE/tokenizers/wordpiece-KEY.json
   (KEY: the texts, vocab_size and the tokenizers version)."""
   tk = _tokenizers()
   key = _digest('wordpiece', texts_digest(train_texts), vocab_size, tk.__version__)[:20]
-  path = os.path.join(_cache_root(), 'tokenizers', f'wordpiece-{key}.json')
+  path = os.path.join(common.cache_dir(), 'tokenizers', f'wordpiece-{key}.json')
   if os.path.isfile(path):
     return load_tokenizer(path)
   tokenizer = train_wordpiece(train_texts, vocab_size)
@@ -615,12 +595,11 @@ def encode(tokenizer, texts, max_seq_len):
 def tokenize(texts: Texts, tokenizer='auto', vocab_size=8000, max_seq_len=128, pretrained=''):
   """Texts -> ({split: int32 [N, 2, L]}, vocab size), cached in CACHE/tokenized/KEY.npz
   (KEY: the texts of every split, the tokenizer's full JSON and max_seq_len)."""
-  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
   tok = resolve_tokenizer(tokenizer, pretrained, texts.train, vocab_size)
   size = tok.get_vocab_size(with_added_tokens=True)
   key = _digest(_CACHE_FORMAT, _digest(*(texts_digest(t) for _, t, _ in texts.splits())),
                 _digest(tok.to_str()), max_seq_len)[:24]
-  path = os.path.join(_cache_root(), 'tokenized', f'{key}.npz')
+  path = os.path.join(common.cache_dir(), 'tokenized', f'{key}.npz')
   names = [f'x_{split}' for split, _, _ in texts.splits()]
   if os.path.isfile(path):
     try:
@@ -630,21 +609,20 @@ def tokenize(texts: Texts, tokenizer='auto', vocab_size=8000, max_seq_len=128, p
       pass
   arrays = {f'x_{split}': encode(tok, strings, max_seq_len) for split, strings, _ in
             texts.splits()}
-  sources.write_npz(path, **arrays)
+  common.write_npz(path, **arrays)
   return arrays, size
 
 
 def to_dataset(name, texts: Texts, tokenizer='auto', vocab_size=8000, max_seq_len=128,
                pretrained='', **_):
-  """Texts -> a validated sources.Dataset of token arrays (vocab_size set, the dataset's own
+  """Texts -> a validated Dataset of token arrays (vocab_size set, the dataset's own
   validation split in x_val/y_val when it has one)."""
-  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
   arrays, size = tokenize(texts, tokenizer, vocab_size, max_seq_len, pretrained)
-  ds = sources.validate(name, arrays['x_train'], texts.y_train, arrays['x_test'], texts.y_test,
-                        vocab_size=size)
+  ds = common.validate(name, arrays['x_train'], texts.y_train, arrays['x_test'], texts.y_test,
+                       vocab_size=size)
   if texts.val is None:
     return ds
-  sources.check_tokens(name, 'x_val', arrays['x_val'], size)
+  common.check_tokens(name, 'x_val', arrays['x_val'], size)
   y_val = np.asarray(texts.y_val, np.int64)
   if len(y_val) != len(arrays['x_val']) or (len(y_val) and not
                                             0 <= y_val.min() <= y_val.max() < ds.num_classes):
@@ -653,5 +631,42 @@ def to_dataset(name, texts: Texts, tokenizer='auto', vocab_size=8000, max_seq_le
 
 
 def load(dataset, data_dir=None, **options):
-  """--dataset=ag_news|sst5|text:PATH -> a validated, tokenised sources.Dataset."""
+  """--dataset=ag_news|sst5|text:PATH -> a validated, tokenised Dataset."""
   return to_dataset(dataset, read(dataset, data_dir), **options)
+
+
+# The tokenizer flags every text dataset reads (tfds: text datasets too, data/hub.py).
+TOKENIZER_READS = ('tokenizer', 'vocab_size', 'max_seq_len')
+
+
+def _archive_files(dataset, folder):
+  """The files ag_news or sst5 may read from a --data_dir folder."""
+  if dataset == 'ag_news':
+    return ([os.path.join(folder, AG_NEWS_ARCHIVE)]
+            + [os.path.join(folder, n) for n in ('train.csv', 'test.csv', 'classes.txt')]
+            + common.files_under(os.path.join(folder, AG_NEWS_FOLDER)))
+  return ([os.path.join(folder, SST5_ARCHIVE)]
+          + [os.path.join(folder, n) for n in SST5_SPLITS.values()]
+          + common.files_under(os.path.join(folder, 'trees')))
+
+
+def _text_files(dataset, data_dir):
+  """text:PATH's file, or every file in its folder."""
+  del data_dir
+  path = dataset[len('text:'):]
+  return common.files_under(path) if os.path.isdir(path) else [path]
+
+
+# The datasets `fedjax-drift-data import` stores as texts (tokenised when a run loads them).
+IMPORTABLE = tuple(common.register_dataset(
+    name, summary, load, reads=TOKENIZER_READS, shared=('pretrained',), importable=True,
+    folder_files=_archive_files).name for name, summary in (
+        ('ag_news', 'AG News, 4 topics (120,000 / 7,600 texts): ag_news_csv.tgz, or imported; '
+                    'tokenised (--tokenizer, --max_seq_len)'),
+        ('sst5', 'SST-5, 5 sentiment classes (8,544 / 2,210 sentences, dev = validation): '
+                 'Stanford\'s trainDevTestTrees_PTB.zip, or imported; tokenised')))
+common.register_dataset(
+    'text:', 'a CSV or JSONL file with text, label and split columns, or a folder with '
+    'train.csv|jsonl and test.csv|jsonl; tokenised',
+    load, reads=TOKENIZER_READS, shared=('pretrained',), prefix=True, shown='text:PATH',
+    files=_text_files)
