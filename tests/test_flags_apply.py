@@ -135,9 +135,9 @@ def test_init_is_unread_with_init_params_and_init_params_run_without():
 
 
 def test_readme_algorithm_table_flags_are_read_by_their_algorithms():
-  """The README's 'its flags' column and applies.py's tables say the same."""
+  """docs/algorithms.md's 'its flags' column and applies.py's tables say the same."""
   import re  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+  with open(os.path.join(ROOT, 'docs', 'algorithms.md'), encoding='utf-8') as f:
     text = f.read()
   table = text[text.index('| name | what it is | its flags |'):]
   table = table[:table.index('\n\n')]

@@ -322,9 +322,9 @@ def test_moon_and_fedgkd_plus_run_on_a_batchnorm_model(tiny_npz, unequal_partiti
 
 
 def _readme_model_rows():
-  """{model name: (input shape, classes, [counts])} from the README's models table."""
-  readme = (pathlib.Path(__file__).resolve().parent.parent / 'README.md').read_text()
-  section = readme.split('### Models (`--model=`)')[1].split('\n### ')[0]
+  """{model name: (input shape, classes, [counts])} from docs/models.md's models table."""
+  page = (pathlib.Path(__file__).resolve().parent.parent / 'docs' / 'models.md').read_text()
+  section = page.split('\n## ')[0]  # the table comes before the page's first subsection
   rows = {}
   for line in section.splitlines():
     cells = [c.strip() for c in line.strip().strip('|').split('|')]

@@ -1,11 +1,18 @@
-"""Every command in README.md runs: fenced shell blocks, inline `python ...` commands and the
-Python example, each shrunk to about one round and writing into a temporary directory.
+"""Every command in README.md and in the docs/*.md pages runs: fenced shell blocks, inline
+`python ...`, `fedjax-drift ...` and `fedjax-drift-data ...` commands and the Python examples,
+each shrunk to about one round and writing into a temporary directory.
 
-The commands are parsed from the README, not copied here, so the README cannot drift: a new
+The commands are parsed from the pages, not copied here, so the pages cannot drift: a new
 command is tested as soon as it is written. Placeholders (DIR, RUN_DIR, NAME, DATE) stand for
 a temporary path, synthetic downloads (tests/fixtures.py) or the first preset. Datasets that
 need files are imported from those synthetic downloads into a temporary cache first.
+
+The README is a front page: short, linking every docs page, with a map of the package whose
+lines are the modules' docstrings (`python tests/test_readme.py` prints the map as it must be).
+Every relative link of the pages points at a file, and at a heading where it names one.
 """
+import ast
+import glob
 import os
 import re
 import shlex
@@ -18,21 +25,36 @@ import fixtures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, 'README.md')
+PACKAGE = 'fedjax_drift'
+README_MAX_LINES = 220
+MAP_HEADING = '## Package map'
 FENCE = re.compile(r'^```(\w*)[^\n]*\n(.*?)^```', re.M | re.S)
-INLINE = re.compile(r'`((?:python|fedjax-drift-data) [^`]+)`')
+INLINE = re.compile(r'`((?:python|fedjax-drift-data|fedjax-drift) [^`]+)`')
 SHELL = ('bash', 'sh', 'shell', 'console', '')
 PLACEHOLDER = re.compile(r'\b(RUN_DIR|DIR|NAME|DATE)\b')
+RUN_CLI = ('experiments/run.py', 'fedjax_drift.cli')  # `fedjax-drift` is python -m the latter
 SHRINK = {  # script -> flags appended so that a command does about one round
     'experiments/run.py': ['--rounds=1', '--eval_every=1', '--progress=false'],
+    'fedjax_drift.cli': ['--rounds=1', '--eval_every=1', '--progress=false'],
     'experiments/presets.py': ['--rounds=1', '--seeds=1'],
     'benchmarks/bench.py': ['--workloads=logreg_k100', '--rounds=1'],
     'benchmarks/scale.py': ['--quick'],  # tiny sizes over any size flag
 }
 
 
-def _readme():
-  with open(README, encoding='utf-8') as f:
+def pages():
+  """README.md, then every docs/*.md page: paths relative to the repository root."""
+  docs = glob.glob(os.path.join(ROOT, 'docs', '*.md'))
+  return ['README.md'] + sorted(os.path.relpath(p, ROOT) for p in docs)
+
+
+def _read(page):
+  with open(os.path.join(ROOT, page), encoding='utf-8') as f:
     return f.read()
+
+
+def _readme():
+  return _read('README.md')
 
 
 def _split_shell(block):
@@ -47,9 +69,8 @@ def _split_shell(block):
   return [c for c in commands if c]
 
 
-def readme_commands():
-  """(kind, payload) in README order: ('shell', argv) or ('python', source)."""
-  text = _readme()
+def page_commands(text):
+  """A page's text -> (kind, payload) in its order: ('shell', argv) or ('python', source)."""
   found = []
   for lang, body in FENCE.findall(text):
     if lang == 'python':
@@ -61,15 +82,20 @@ def readme_commands():
   return found
 
 
+def readme_commands():
+  """(page, kind, payload) of README.md and every docs page, page by page."""
+  return [(page,) + command for page in pages() for command in page_commands(_read(page))]
+
+
 def _id(item):
-  kind, payload = item
+  page, kind, payload = item
   text = payload if kind == 'python' else ' '.join(payload)
-  return ' '.join(text.split())[:80]
+  return f'{page}: ' + ' '.join(text.split())[:80]
 
 
 COMMANDS = readme_commands()
 RUNNABLE = [c for c in COMMANDS
-            if c[0] == 'python' or c[1][0] not in ('pip',) and c[1][1:3] != ['-m', 'pytest']]
+            if c[1] == 'python' or c[2][0] not in ('pip',) and c[2][1:3] != ['-m', 'pytest']]
 
 
 @pytest.fixture(scope='module')
@@ -103,7 +129,7 @@ def _first_preset():
 
 
 def _prepare(argv, world, tmp_path):
-  """The README argv made runnable here: env prefix split off, placeholders filled, shrunk.
+  """A page's argv made runnable here: env prefix split off, placeholders filled, shrunk.
   Returns (env, argv, setup argv or None)."""
   env = dict(world['env'])
   while argv and re.fullmatch(r'[A-Z_]+=.*', argv[0]):
@@ -116,13 +142,17 @@ def _prepare(argv, world, tmp_path):
   argv = _substitute(argv, values)
   if argv[0] == 'fedjax-drift-data':
     argv = [sys.executable, '-m', 'fedjax_drift.data.prepare'] + argv[1:]
+  if argv[0] == 'fedjax-drift':
+    argv = [sys.executable, '-m', 'fedjax_drift.cli'] + argv[1:]
   if argv[0] == 'python':
     argv = [sys.executable] + argv[1:]
   script = argv[1] if len(argv) > 1 else ''
+  if script == '-m' and len(argv) > 2:  # python -m MODULE: the module is the script
+    script = argv[2]
   setup = None
   if script in SHRINK:
     argv = argv + SHRINK[script]
-  if script == 'experiments/run.py':
+  if script in RUN_CLI:
     if '--resume' in argv:  # something to resume: one round first, then one more
       setup = [a for a in argv if a != '--resume'] + [f'--out={run_dir}']
       argv = argv + ['--rounds=2']
@@ -140,16 +170,17 @@ def _check(result, argv):
 
 
 def test_readme_has_commands():
-  scripts = {c[1][1] for c in COMMANDS if c[0] == 'shell' and len(c[1]) > 1}
+  scripts = {c[2][1] for c in COMMANDS if c[1] == 'shell' and len(c[2]) > 1}
   assert 'experiments/run.py' in scripts
-  assert any(c[0] == 'python' for c in COMMANDS)
-  for kind, argv in COMMANDS:
+  assert any(c[1] == 'python' for c in COMMANDS)
+  for _, kind, argv in COMMANDS:
     if kind == 'shell' and argv[0] == 'python' and argv[1].endswith('.py'):
       assert os.path.exists(os.path.join(ROOT, argv[1])), argv
 
 
 def test_readme_test_command_is_the_ci_command():
-  tests = [argv for kind, argv in COMMANDS if kind == 'shell' and argv[1:3] == ['-m', 'pytest']]
+  tests = [argv for page, kind, argv in COMMANDS
+           if page == 'README.md' and kind == 'shell' and argv[1:3] == ['-m', 'pytest']]
   assert tests, 'the README shows no test command'
   with open(os.path.join(ROOT, '.ci', 'run')) as f:
     ci = [shlex.split(line) for line in f if line.strip().startswith('python -m pytest')]
@@ -157,7 +188,8 @@ def test_readme_test_command_is_the_ci_command():
 
 
 def test_readme_run_commands_parse_and_validate():
-  """Quick: every run.py command's flags parse and validate (the slow test runs them)."""
+  """Quick: every run.py (and fedjax-drift) command's flags parse and validate (the slow test
+  runs them)."""
   import importlib.util  # pylint: disable=g-import-not-at-top
   import fedjax_drift  # pylint: disable=g-import-not-at-top
   spec = importlib.util.spec_from_file_location('run_cli', os.path.join(ROOT, 'experiments',
@@ -165,7 +197,10 @@ def test_readme_run_commands_parse_and_validate():
   run = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(run)
   parser = run.build_parser(fedjax_drift.Config)
-  for kind, argv in COMMANDS:
+  checked = 0
+  for _, kind, argv in COMMANDS:
+    if argv[:1] == ['fedjax-drift']:
+      argv = ['python', 'experiments/run.py'] + argv[1:]
     if kind != 'shell' or 'experiments/run.py' not in argv or {'--help', '--list'} & set(argv):
       continue
     args = _substitute(argv[argv.index('experiments/run.py') + 1:],
@@ -174,12 +209,14 @@ def test_readme_run_commands_parse_and_validate():
     config = fedjax_drift.Config(**vars(parser.parse_args(args)))
     config.validate()
     fedjax_drift.algorithms.recipe(config)
+    checked += 1
+  assert checked >= 10  # the pages were parsed
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('item', RUNNABLE, ids=[_id(c) for c in RUNNABLE])
 def test_readme_command_runs(item, world, tmp_path):
-  kind, payload = item
+  _, kind, payload = item
   if kind == 'python':
     _run_python_example(payload, world, tmp_path)
     return
@@ -198,7 +235,7 @@ def test_readme_command_runs(item, world, tmp_path):
 
 
 def _run_python_example(source, world, tmp_path):
-  """The README's Python, with every Config shrunk to one round in tmp_path."""
+  """A page's Python, with every Config shrunk to one round in tmp_path."""
   prelude = (
       'import fedjax_drift\n'
       '_Config = fedjax_drift.Config\n'
@@ -251,3 +288,95 @@ def test_first_run_figures_are_the_newest_measurement():
   assert f'It took {span("wall_s", 0)} s of wall time' in text
   assert f'{span("compile_s", 1)} s of compilation and {span("train_s", 0)} s of training' in text
   assert f'Peak RSS was {max(r["peak_rss_gb"] for r in reps):.1f} GB' in text
+
+
+def module_summary(path):
+  """A module file -> its docstring's first sentence as written: the lines of its first
+  paragraph up to the first that ends with a full stop, joined into one line ('' if none)."""
+  with open(path, encoding='utf-8') as f:
+    doc = ast.get_docstring(ast.parse(f.read())) or ''
+  kept = []
+  for line in doc.split('\n\n')[0].splitlines():
+    kept.append(line.strip())
+    if line.rstrip().endswith('.'):
+      break
+  return ' '.join(kept)
+
+
+def package_map():
+  """The README's package map as it must be: one line per module file of the package, in path
+  order; a subpackage by its __init__.py, shown as its folder; an empty __init__.py is left
+  out (the folder's modules are listed)."""
+  lines = []
+  for path in glob.glob(os.path.join(ROOT, PACKAGE, '**', '*.py'), recursive=True):
+    rel = os.path.relpath(path, ROOT).replace(os.sep, '/')
+    if os.path.basename(path) == '__init__.py':
+      with open(path, encoding='utf-8') as f:
+        if not f.read().strip():
+          continue
+      rel = rel[:-len('__init__.py')]
+    lines.append((rel, f'- [`{rel}`]({rel}): {module_summary(path)}'))
+  return [line for _, line in sorted(lines)]
+
+
+def _readme_map():
+  """The '- ' lines of the README's package map section."""
+  section = _readme().split(f'\n{MAP_HEADING}\n', 1)[1].split('\n#', 1)[0]
+  return [line for line in section.splitlines() if line.startswith('- ')]
+
+
+def test_readme_package_map_lists_every_module_with_its_docstring():
+  """A new module (or a changed first sentence) needs its line: `python tests/test_readme.py`
+  prints the whole map."""
+  want, have = package_map(), _readme_map()
+  missing = [line for line in want if line not in have]
+  stale = [line for line in have if line not in want]
+  assert not missing and not stale, ('README package map: add or replace\n' +
+                                     '\n'.join(missing) + '\nremove\n' + '\n'.join(stale))
+  assert have == want, 'README package map: keep the lines in path order'
+
+
+def test_readme_is_a_front_page():
+  """Short, with a link to every docs page; the rest lives in docs/."""
+  text = _readme()
+  assert len(text.splitlines()) < README_MAX_LINES
+  linked = {os.path.normpath(t.split('#')[0]) for t in _links(text)}
+  for page in pages()[1:]:
+    assert page in linked, f'README.md does not link {page}'
+
+
+def _links(text):
+  """Targets of the markdown links of a page, outside code."""
+  prose = re.sub(r'`[^`]*`', '', FENCE.sub('', text))
+  return re.findall(r'\]\(([^)\s]+)\)', prose)
+
+
+def _anchors(text):
+  """GitHub's anchors for a page's headings: lowercase, punctuation dropped, spaces to '-',
+  repeats numbered."""
+  seen, anchors = {}, set()
+  for heading in re.findall(r'^#{1,6} (.+)$', FENCE.sub('', text), re.M):
+    slug = re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
+    anchors.add(f'{slug}-{seen[slug]}' if slug in seen else slug)
+    seen[slug] = seen.get(slug, 0) + 1
+  return anchors
+
+
+@pytest.mark.parametrize('page', pages())
+def test_relative_links_point_at_files_and_headings(page):
+  text = _read(page)
+  for target in _links(text):
+    if re.match(r'[a-z]+:', target):  # https:, mailto:
+      continue
+    path, _, anchor = target.partition('#')
+    full = os.path.normpath(os.path.join(ROOT, os.path.dirname(page), path)) if path else \
+        os.path.join(ROOT, page)
+    assert os.path.exists(full), f'{page}: {target} points at no file'
+    assert full.startswith(ROOT + os.sep), f'{page}: {target} points outside the repository'
+    if anchor and full.endswith('.md'):
+      with open(full, encoding='utf-8') as f:
+        assert anchor in _anchors(f.read()), f'{page}: {target} names no heading there'
+
+
+if __name__ == '__main__':
+  print('\n'.join(package_map()))

@@ -86,7 +86,7 @@ def _quick(section, tmp_path, *flags):
   done = subprocess.run([sys.executable, SCALE, section, '--quick', f'--out={out}', *flags],
                         capture_output=True, text=True, cwd=ROOT, timeout=900)
   assert done.returncode == 0, done.stderr[-3000:]
-  assert f'raw results: {out}' in done.stdout and '|---|' in done.stdout  # the README table
+  assert f'raw results: {out}' in done.stdout and '|---|' in done.stdout  # docs/scale.md's table
   record = json.loads(out.read_text())
   assert record['section'] == section and record['quick'] is True
   host = record['host']
