@@ -657,16 +657,20 @@ def _text_files(dataset, data_dir):
   return common.files_under(path) if os.path.isdir(path) else [path]
 
 
+def _register(name, summary, **how):
+  """Registers a text dataset: it reads the tokenizer flags (and --pretrained's tokenizer)."""
+  return common.register_dataset(name, summary, load, reads=TOKENIZER_READS,
+                                 shared=('pretrained',), **how).name
+
+
 # The datasets `fedjax-drift-data import` stores as texts (tokenised when a run loads them).
-IMPORTABLE = tuple(common.register_dataset(
-    name, summary, load, reads=TOKENIZER_READS, shared=('pretrained',), importable=True,
-    folder_files=_archive_files).name for name, summary in (
-        ('ag_news', 'AG News, 4 topics (120,000 / 7,600 texts): ag_news_csv.tgz, or imported; '
-                    'tokenised (--tokenizer, --max_seq_len)'),
-        ('sst5', 'SST-5, 5 sentiment classes (8,544 / 2,210 sentences, dev = validation): '
-                 'Stanford\'s trainDevTestTrees_PTB.zip, or imported; tokenised')))
-common.register_dataset(
-    'text:', 'a CSV or JSONL file with text, label and split columns, or a folder with '
-    'train.csv|jsonl and test.csv|jsonl; tokenised',
-    load, reads=TOKENIZER_READS, shared=('pretrained',), prefix=True, shown='text:PATH',
-    files=_text_files)
+IMPORTABLE = (
+    _register('ag_news', 'AG News, 4 topics (120,000 / 7,600 texts): ag_news_csv.tgz, or '
+              'imported; tokenised (--tokenizer, --max_seq_len)',
+              importable=True, folder_files=_archive_files),
+    _register('sst5', 'SST-5, 5 sentiment classes (8,544 / 2,210 sentences, dev = validation): '
+              'Stanford\'s trainDevTestTrees_PTB.zip, or imported; tokenised',
+              importable=True, folder_files=_archive_files))
+_register('text:', 'a CSV or JSONL file with text, label and split columns, or a folder with '
+          'train.csv|jsonl and test.csv|jsonl; tokenised',
+          prefix=True, shown='text:PATH', files=_text_files)
