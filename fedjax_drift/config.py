@@ -2,6 +2,19 @@
 
 The CLI builds its flags from these fields (`--name=value`), so every option is documented
 once, here, and `fedjax_drift.run(Config(...))` does exactly what the CLI does.
+
+Each field carries its metadata (`_f`): the help text, the --help group, the choices, the
+Bounds of a number (fedjax_drift/bounds.py), and whether --grid may sweep it. validate() checks
+every field's bounds and choices from that metadata, then the rules that tie fields together;
+GRIDABLE lists the fields marked gridable.
+
+Gridable fields are traced: study.py rebuilds the Config inside every compiled round with
+`dataclasses.replace(config, **hp)`, where hp holds the run's values of the gridded fields as
+tracers (jnp float32 scalars, one per run under the vmap). Code that reads a gridable field
+below a round (algorithms, schedules, the local step) may only do arithmetic with it: no
+`if config.prox_mu:`, no float(), no shapes or step counts from it (a zero that switches a part
+off skips it only when the field is not gridded; gridded, the part runs with weight 0).
+__post_init__, which runs again at each rebuild, must not read gridable fields either.
 """
 import dataclasses
 import importlib.util
@@ -10,6 +23,8 @@ import math
 import os
 from typing import Optional
 
+from fedjax_drift.bounds import (ABOVE_0, AT_LEAST_0, AT_LEAST_1, NONNEG, POSITIVE, UNIT,
+                                 UNIT_EXCL_0, UNIT_EXCL_1, Bounds)
 from fedjax_drift.errors import UserError, did_you_mean
 
 PARTITIONS = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity', 'domains')
@@ -20,32 +35,48 @@ GROUPS = ('data', 'model', 'local training', 'algorithm', 'server', 'run', 'outp
           'diagnostics')
 
 
-def _f(default, help_text, choices=None, group=None):
+# image_size and digits5_parts are checked with one message naming both.
+_IMAGES = ('--image_size={config.image_size} must be >= 0 and --digits5_parts='
+           '{config.digits5_parts} in 1..10')
+
+
+def _f(default, help_text, choices=None, group=None, *, bounds=None, gridable=False):
+  """A Config field: its default and metadata (help text, choices, --help group, Bounds, and
+  whether --grid may sweep it: gridable fields must be floats that only enter arithmetic)."""
   return dataclasses.field(default=default,
-                           metadata={'help': help_text, 'choices': choices, 'group': group})
+                           metadata={'help': help_text, 'choices': choices, 'group': group,
+                                     'bounds': bounds, 'gridable': gridable})
 
 
 @dataclasses.dataclass
 class Config:
+  """Every flag of a run, one field each, with its metadata (see `_f`).
+
+  Fields marked gridable may hold tracers: inside a compiled round the Config is rebuilt with
+  each gridded field a traced scalar, so code reading them must only do arithmetic with them.
+  """
   # What to run.
   algo: str = _f('fedavg', 'federated algorithm', group='algorithm')
   model: str = _f('cnn_mnist', 'network', group='model')
   init: str = _f('default', 'parameter init: default (flax) or zeros', ('default', 'zeros'),
                  group='model')
   gn_groups: int = _f(0, 'GroupNorm models (resnet8/18/20, resnet50_gn): groups per layer; '
-                      '0 = the model\'s rule (exclusive with --gn_group_size)', group='model')
+                      '0 = the model\'s rule (exclusive with --gn_group_size)',
+                      group='model', bounds=AT_LEAST_0)
   gn_group_size: int = _f(0, 'GroupNorm models: channels per group; 0 = use --gn_groups',
-                          group='model')
+                          group='model', bounds=AT_LEAST_0)
   projection_hidden: int = _f(0, 'projection head (MOON, FedGKD+) hidden width; 0 = the base '
                               'model\'s feature width, as the MOON and FedGKD code (earlier '
-                              'versions used --moon_projection_dim, 256)', group='model')
+                              'versions used --moon_projection_dim, 256)',
+                              group='model', bounds=AT_LEAST_0)
   init_params: str = _f('', 'start from the global parameters in this .npz (what --save_params '
                         'writes) instead of --init; with --rounds=0 the run only evaluates '
                         'them', group='model')
   init_params_run: int = _f(0, '--init_params: which run of the file (its runs.csv row; a '
-                            'single run\'s file has only run 0)', group='model')
+                            'single run\'s file has only run 0)', group='model', bounds=AT_LEAST_0)
   dropout: float = _f(-1.0, 'dropout rate of models with dropout (cnn_emnist): -1 = the '
-                      'model\'s own, 0 = off, p = every dropout layer p', group='model')
+                      'model\'s own, 0 = off, p = every dropout layer p', group='model',
+                      bounds=UNIT_EXCL_1.but(allow=-1, hint='or -1 for the model\'s own'))
   # Data and its split across clients.
   dataset: str = _f('embedded', 'examples to train and test on', group='data')
   data_dir: str = _f('', 'directory (or file) holding the dataset\'s files; default: the '
@@ -58,9 +89,11 @@ class Config:
                          group='data')
   image_size: int = _f(0, 'resize images to NxN when reading tfds:, hf: or domainnet/digits5 '
                        'files in place; 0 = the dataset\'s own size (domainnet: 64, FedBN '
-                       'uses 256; digits5: 28)', group='data')
+                       'uses 256; digits5: 28)',
+                       group='data', bounds=AT_LEAST_0.but(message=_IMAGES))
   digits5_parts: int = _f(1, 'digits5: FedBN train parts per domain (743 images each); FedBN\'s '
-                          '--percent=0.1 is 1, 1.0 is 10', group='data')
+                          '--percent=0.1 is 1, 1.0 is 10',
+                          group='data', bounds=Bounds(1, 10, message=_IMAGES))
   hf_image_column: str = _f('', 'hf: the image column; empty = the Image feature', group='data')
   hf_label_column: str = _f('', 'hf: the label column; empty = the ClassLabel feature',
                             group='data')
@@ -77,16 +110,16 @@ class Config:
                        'or pytorch_model.bin), read from local disk', group='model')
   partition: str = _f('dirichlet', 'how training examples are split across clients',
                       group='data')
-  classes_per_client: int = _f(2, 'shards: labels per client (s)', group='data')
+  classes_per_client: int = _f(2, 'shards: labels per client (s)', group='data', bounds=AT_LEAST_0)
   dirichlet_alpha: float = _f(0.5, 'dirichlet / dirichlet_client / quantity concentration',
-                              group='data')
+                              group='data', bounds=POSITIVE)
   test_partition: str = _f('none', 'split the test set across clients like the train set',
                            ('none', 'like_train'), group='data')
   val_fraction: float = _f(0.0, 'hold out this share of the training data as a validation '
                            'split (0 = none), seeded by --seed and the same for every method: '
                            'clients train on the rest, and every evaluation also reports the '
                            'global model\'s accuracy on it (metrics.csv val_accuracy)',
-                           group='data')
+                           group='data', bounds=UNIT_EXCL_1.but(hint='0 = no validation split'))
   val_source: str = _f('clients', 'where --val_fraction comes from: clients = that share of '
                        'each client\'s training examples (each client\'s own train/validation '
                        'split), server = a slice of the pooled training set held out before '
@@ -101,7 +134,7 @@ class Config:
                      ('static', 'concept_shift', 'longtail_stateless'), group='data')
   concept_shift_prob: float = _f(0.05, 'concept_shift: probability, before each round, that one '
                                  'class chosen at random gets a new label (FedFOR §4.4)',
-                                 group='data')
+                                 group='data', bounds=UNIT)
   concept_shift_kind: str = _f('relabel', 'concept_shift: relabel = one class takes another '
                                'label (merging with its holders, FedFOR §4.4); swap = two '
                                'classes exchange labels', ('relabel', 'swap'), group='data')
@@ -109,23 +142,26 @@ class Config:
                                 'per seed from 2..--rounds (FedFOR Table 5: 10 in 200); 0 = '
                                 'each round with --concept_shift_prob', group='data')
   imbalance_ratio: float = _f(0.01, 'longtail_stateless: rarest / most frequent class share',
-                              group='data')
+                              group='data', bounds=UNIT_EXCL_0)
   client_fraction: float = _f(0.1, 'longtail_stateless: share of the training set each fresh '
-                              'client samples before the long-tail trim', group='data')
-  num_clients: int = _f(50, 'total number of clients N', group='data')
+                              'client samples before the long-tail trim',
+                              group='data', bounds=UNIT_EXCL_0)
+  num_clients: int = _f(50, 'total number of clients N', group='data', bounds=AT_LEAST_1)
   clients_per_round: int = _f(10, 'cohort size K, sampled uniformly without replacement',
-                              group='server')
+                              group='server', bounds=AT_LEAST_1)
   # Local work.
   rounds: int = _f(50, 'communication rounds (0 = only evaluate the starting parameters, '
-                   'e.g. --init_params)', group='run')
+                   'e.g. --init_params)',
+                   group='run', bounds=AT_LEAST_0.but(hint='0 = only evaluate the start'))
   local_steps: int = _f(0, 'H local steps per client (exclusive with --local_epochs)',
-                        group='local training')
+                        group='local training', bounds=AT_LEAST_0)
   local_epochs: int = _f(0, 'E local epochs: client i runs E*ceil(n_i/B) steps; 0 = 1 '
                          'unless --local_steps is set',
-                         group='local training')
+                         group='local training', bounds=AT_LEAST_0)
   batch_size: int = _f(32, 'local minibatch size; 0 = the client\'s full data every step',
-                       group='local training')
-  lr: float = _f(0.05, 'local learning rate eta', group='local training')
+                       group='local training', bounds=AT_LEAST_0)
+  lr: float = _f(0.05, 'local learning rate eta',
+                 group='local training', bounds=POSITIVE, gridable=True)
   lr_schedule: str = _f('constant', 'round-level schedule of the client learning rate, at the '
                         'round index inside the compiled round (optax; fedjax_drift/'
                         'schedules.py): step = lr * lr_decay^floor(t / lr_step_rounds), '
@@ -134,30 +170,38 @@ class Config:
                         group='local training')
   lr_decay: float = _f(0.0, '--lr_schedule=step|exponential: the factor d in (0, 1] (e.g. 0.1 '
                        'every --lr_step_rounds, or 0.998 per round); 0 = not given',
-                       group='local training')
+                       group='local training', gridable=True)
   lr_step_rounds: int = _f(0, '--lr_schedule=step: rounds between decays', group='local training')
   lr_min: float = _f(0.0, '--lr_schedule=cosine: the floor as a fraction of --lr (optax\'s '
-                     'alpha), in [0, 1]', group='local training')
-  local_momentum: float = _f(0.0, 'local SGD momentum', group='local training')
+                     'alpha), in [0, 1]',
+                     group='local training',
+                     bounds=UNIT.but(hint='a fraction of --lr'), gridable=True)
+  local_momentum: float = _f(0.0, 'local SGD momentum',
+                             group='local training', bounds=UNIT_EXCL_1, gridable=True)
   weight_decay: float = _f(0.0, 'L2 weight decay added to the local gradient',
-                           group='local training')
+                           group='local training', bounds=NONNEG.but(wording='>= 0'), gridable=True)
   # The training pipeline (data/pipeline.py); every default leaves it as it was before.
   local_optimizer: str = _f('sgd', 'local optimizer (state reset every round); adam takes '
                             '--lr, --adam_b1, --adam_b2, --adam_eps and --weight_decay as L2',
                             ('sgd', 'adam'), group='local training')
-  adam_b1: float = _f(0.9, '--local_optimizer=adam: first-moment decay', group='local training')
+  adam_b1: float = _f(0.9, '--local_optimizer=adam: first-moment decay',
+                      group='local training', bounds=UNIT_EXCL_1)
   adam_b2: float = _f(0.999, '--local_optimizer=adam: second-moment decay',
-                      group='local training')
-  adam_eps: float = _f(1e-8, '--local_optimizer=adam: epsilon', group='local training')
+                      group='local training', bounds=UNIT_EXCL_1)
+  adam_eps: float = _f(1e-8, '--local_optimizer=adam: epsilon',
+                       group='local training', bounds=POSITIVE.but(wording='> 0'))
   clip_grad_norm: float = _f(0.0, 'clip each local gradient to this global L2 norm (0 = off; '
-                             'the FedGKD code uses 10)', group='local training')
+                             'the FedGKD code uses 10)',
+                             group='local training',
+                             bounds=NONNEG.but(wording='>= 0', hint='0 = off'))
   augment: str = _f('none', 'training-batch augmentation: crop_flip = random crop with '
                     '--augment_pad zero padding + horizontal flip (CIFAR); flip_rotate = '
                     'horizontal flip + rotation within +-(--augment_degrees) (FedBN DomainNet)',
                     ('none', 'crop_flip', 'flip_rotate'), group='local training')
-  augment_pad: int = _f(4, '--augment=crop_flip: zero padding on each side', group='local training')
+  augment_pad: int = _f(4, '--augment=crop_flip: zero padding on each side',
+                        group='local training', bounds=AT_LEAST_0)
   augment_degrees: float = _f(30.0, '--augment=flip_rotate: largest rotation in degrees',
-                              group='local training')
+                              group='local training', bounds=Bounds(0, 180))
   normalize: str = _f('none', 'per_channel: standardise inputs (training and evaluation) with '
                       'the training images\' per-channel mean and std',
                       ('none', 'per_channel'), group='local training')
@@ -166,101 +210,124 @@ class Config:
   normalize_std: str = _f('', 'explicit per-channel stds (with --normalize_mean)',
                           group='local training')
   # Server.
-  server_lr: float = _f(1.0, 'server learning rate (alpha)', group='server')
+  server_lr: float = _f(1.0, 'server learning rate (alpha)',
+                        group='server', bounds=POSITIVE, gridable=True)
   weighting: str = _f('auto', 'aggregation weights p_i: auto = each algorithm\'s own box (uniform '
                       '1/|S| for slowmo, fedadc*, fedfor, igfl*, scaffold, feddyn, '
                       'fedadam/yogi/adagrad; examples n_i/n otherwise)',
                       ('auto', 'uniform', 'examples'), group='server')
   # Algorithm hyperparameters (each fedjax_drift/algorithms/*.py states its equations).
-  beta: float = _f(0.9, 'FedADC / SlowMo momentum beta', group='algorithm')
+  beta: float = _f(0.9, 'FedADC / SlowMo momentum beta',
+                   group='algorithm', bounds=UNIT, gridable=True)
   beta_local: float = _f(-1.0, 'FedADC beta_local for m_bar = beta_local m_t / H_i; -1 = --beta '
-                         '(1 gives the 2021 conference version)', group='algorithm')
-  beta_global: float = _f(-1.0, 'FedADC beta_global; -1 = --beta', group='algorithm')
+                         '(1 gives the 2021 conference version)',
+                         group='algorithm',
+                         bounds=UNIT.but(allow=-1, hint='or -1 for --beta'), gridable=True)
+  beta_global: float = _f(-1.0, 'FedADC beta_global; -1 = --beta',
+                          group='algorithm',
+                          bounds=UNIT.but(allow=-1, hint='or -1 for --beta'), gridable=True)
   fedadc_variant: str = _f('heavy_ball', 'FedADC local step', ('heavy_ball', 'nesterov'),
                            group='algorithm')
-  phi: float = _f(0.9, 'FedADC double momentum: local EMA coefficient', group='algorithm')
+  phi: float = _f(0.9, 'FedADC double momentum: local EMA coefficient',
+                  group='algorithm', bounds=UNIT, gridable=True)
   kd_lambda: float = _f(0.35, 'FedADC+ self-confidence distillation weight lambda',
-                        group='algorithm')
+                        group='algorithm', bounds=UNIT, gridable=True)
   kd_tau2: bool = _f(False, 'multiply every KL distillation term (FedGKD*, FedADC+, FedNTD, '
                      'FedDistill+) by tau^2, as the FedGKD, CS-KD and FedNTD code do',
                      group='algorithm')
   gkd_loss: str = _f('kl', 'FedGKD distillation term: kl, or mse = mean squared difference of '
                      'the logits (FedGKD Table 9)', ('kl', 'mse'), group='algorithm')
   kd_temperature: float = _f(1.0, 'distillation temperature tau (FedADC+, FedGKD, '
-                             'FedDistill+)', group='algorithm')
-  for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)', group='algorithm')
+                             'FedDistill+)', group='algorithm', bounds=ABOVE_0, gridable=True)
+  for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)',
+                        group='algorithm', bounds=NONNEG, gridable=True)
   for_scale: str = _f('paper', 'FedFOR term scale: paper = alpha / lr (eq. 7), per_step = '
                       'alpha / (lr H_i) with H_i the client\'s local steps',
                       ('paper', 'per_step'), group='algorithm')
   gkd_gamma: float = _f(0.2, 'FedGKD distillation weight gamma (the loss adds gamma/2 KL)',
-                        group='algorithm')
+                        group='algorithm', bounds=NONNEG, gridable=True)
   gkd_buffer: int = _f(5, 'FedGKD / FedGKD-Vote: number M of past global models kept',
-                       group='algorithm')
+                       group='algorithm', bounds=AT_LEAST_1)
   gkd_buffer_start: str = _f('initial', 'FedGKD buffer before round 1: initial = holds w_0 '
                              '(the paper), aggregated = empty, no distillation in round 1 '
                              '(the authors\' code)', ('initial', 'aggregated'),
                              group='algorithm')
-  vote_lambda: float = _f(0.1, 'FedGKD-Vote scale lambda', group='algorithm')
+  vote_lambda: float = _f(0.1, 'FedGKD-Vote scale lambda',
+                          group='algorithm', bounds=NONNEG, gridable=True)
   vote_val_size: int = _f(500, 'FedGKD-Vote: training examples held out for server validation',
-                          group='algorithm')
+                          group='algorithm', bounds=AT_LEAST_1)
   attention: str = _f('self', 'IGFL-S attention query; time = §4.3, time_rows = the row-averaged '
                       'reading of Alg. 3 option III', ('self', 'global', 'time', 'time_rows'),
                       group='algorithm')
   attention_similarity: str = _f('dot', 'IGFL-S score', ('dot', 'cosine'), group='algorithm')
-  attention_temperature: float = _f(1.0, 'IGFL-S scores are divided by this', group='algorithm')
+  attention_temperature: float = _f(1.0, 'IGFL-S scores are divided by this',
+                                    group='algorithm', bounds=ABOVE_0, gridable=True)
   igfl_group: float = _f(1.0, 'IGFL-C: scale of the group term Delta_G (1 = the paper, '
-                         '0 = FedAvg steps)', group='algorithm')
-  prox_mu: float = _f(0.01, 'FedProx mu', group='algorithm')
-  dyn_alpha: float = _f(0.01, 'FedDyn alpha', group='algorithm')
-  curv_lambda: float = _f(0.01, 'FedCurv lambda', group='algorithm')
+                         '0 = FedAvg steps)', group='algorithm', bounds=NONNEG, gridable=True)
+  prox_mu: float = _f(0.01, 'FedProx mu', group='algorithm', bounds=NONNEG, gridable=True)
+  dyn_alpha: float = _f(0.01, 'FedDyn alpha', group='algorithm', bounds=NONNEG, gridable=True)
+  curv_lambda: float = _f(0.01, 'FedCurv lambda', group='algorithm', bounds=NONNEG, gridable=True)
   distill_lambda: float = _f(1.0, 'FedDistill+ weight lambda of the KL to the global '
                              'per-label logits (1 = the FedGen code; 0 = FedAvg)',
-                             group='algorithm')
+                             group='algorithm', bounds=NONNEG, gridable=True)
   fedgen_alpha: float = _f(10.0, 'FedGen: client weight alpha of the CE of the head on generated '
                            'features (the FedGen code\'s generative_alpha, RUNCONFIGS mnist/celeb/'
-                           'emnist: 10); 0 with --fedgen_beta=0 = FedAvg', group='algorithm')
+                           'emnist: 10); 0 with --fedgen_beta=0 = FedAvg',
+                           group='algorithm', bounds=NONNEG, gridable=True)
   fedgen_beta: float = _f(10.0, 'FedGen: client weight beta of the KL to the head\'s output on '
                           'generated features of the batch\'s labels (the code\'s '
-                          'generative_beta: 10 mnist/celeb, 1 emnist)', group='algorithm')
+                          'generative_beta: 10 mnist/celeb, 1 emnist)',
+                          group='algorithm', bounds=NONNEG, gridable=True)
   fedgen_decay: float = _f(0.98, 'FedGen: alpha and beta are multiplied by this each round '
                            '(floor 1e-4; the code\'s exp_lr_scheduler decay=0.98)',
-                           group='algorithm')
+                           group='algorithm', bounds=UNIT_EXCL_0, gridable=True)
   fedgen_noise_dim: int = _f(32, 'FedGen: generator noise width (the code\'s GENERATORCONFIGS: '
-                             '32 mnist/emnist, 64 cifar)', group='algorithm')
+                             '32 mnist/emnist, 64 cifar)', group='algorithm', bounds=AT_LEAST_1)
   fedgen_hidden: int = _f(256, 'FedGen: generator hidden width (the code: 256 mnist/emnist, '
                           '512 cifar; FedGKD §5.1: 512 ResNet-8, 2048 ResNet-50)',
-                          group='algorithm')
+                          group='algorithm', bounds=AT_LEAST_1)
   fedgen_steps: int = _f(50, 'FedGen: server Adam steps on the generator per round (the code: '
-                         'ensemble_epochs 50 / 5 teacher iterations x 5)', group='algorithm')
+                         'ensemble_epochs 50 / 5 teacher iterations x 5)',
+                         group='algorithm', bounds=AT_LEAST_0)
   fedgen_lr: float = _f(3e-4, 'FedGen: generator Adam learning rate, times 0.98 each round (the '
-                        'code\'s ensemble_lr: 3e-4 mnist/celeb, 1e-4 emnist)', group='algorithm')
+                        'code\'s ensemble_lr: 3e-4 mnist/celeb, 1e-4 emnist)',
+                        group='algorithm', bounds=NONNEG, gridable=True)
   fedgen_weight_decay: float = _f(1e-2, 'FedGen: generator Adam L2 weight decay (the code\'s '
-                                  'RUNCONFIGS weight_decay 1e-2)', group='algorithm')
+                                  'RUNCONFIGS weight_decay 1e-2)',
+                                  group='algorithm', bounds=NONNEG, gridable=True)
   fedgen_batch: int = _f(0, 'FedGen: labels per generator step on the server; 0 = --batch_size '
                          '(the code trains it with the users\' batch_size), or 32 if that is 0',
-                         group='algorithm')
+                         group='algorithm', bounds=AT_LEAST_0)
   fedgen_client_batch: int = _f(32, 'FedGen: generated features per local step (the code\'s '
-                                '--gen_batch_size=32)', group='algorithm')
+                                '--gen_batch_size=32)', group='algorithm', bounds=AT_LEAST_1)
   fedgen_diversity: float = _f(1.0, 'FedGen: weight of the generator\'s diversity loss (the '
-                               'code\'s ensemble_eta=1)', group='algorithm')
+                               'code\'s ensemble_eta=1)',
+                               group='algorithm', bounds=NONNEG, gridable=True)
   fedgen_teacher: str = _f('clients', 'FedGen: the generator\'s teacher loss; clients = sum_k '
                            'w_k(y) CE(head_k(z), y) (the code), ensemble = CE of the label-'
                            'weighted sum of the heads\' logits', ('clients', 'ensemble'),
                            group='algorithm')
-  ntd_beta: float = _f(0.3, 'FedNTD beta', group='algorithm')
-  ntd_temperature: float = _f(1.0, 'FedNTD temperature tau', group='algorithm')
+  ntd_beta: float = _f(0.3, 'FedNTD beta', group='algorithm', bounds=NONNEG, gridable=True)
+  ntd_temperature: float = _f(1.0, 'FedNTD temperature tau',
+                              group='algorithm', bounds=ABOVE_0, gridable=True)
   rs_alpha: float = _f(0.5, 'FedRS: scale of absent classes\' logits (1 = FedAvg)',
-                       group='algorithm')
-  moon_mu: float = _f(1.0, 'MOON contrastive weight mu', group='algorithm')
-  moon_temperature: float = _f(0.5, 'MOON temperature tau', group='algorithm')
-  moon_projection_dim: int = _f(256, 'MOON / FedGKD+ projection head width', group='algorithm')
+                       group='algorithm', bounds=UNIT, gridable=True)
+  moon_mu: float = _f(1.0, 'MOON contrastive weight mu',
+                      group='algorithm', bounds=NONNEG, gridable=True)
+  moon_temperature: float = _f(0.5, 'MOON temperature tau',
+                               group='algorithm', bounds=ABOVE_0, gridable=True)
+  moon_projection_dim: int = _f(256, 'MOON / FedGKD+ projection head width',
+                                group='algorithm', bounds=AT_LEAST_1)
   server_optimizer: str = _f('', 'override the server optimizer: avg, slowmo, adam, yogi, '
                              'adagrad', group='server')
-  server_beta1: float = _f(0.9, 'FedAdam/FedYogi/FedAdagrad first-moment decay', group='server')
-  server_beta2: float = _f(0.99, 'FedAdam/FedYogi second-moment decay', group='server')
-  server_tau: float = _f(0.01, 'FedAdam/FedYogi/FedAdagrad adaptivity tau', group='server')
+  server_beta1: float = _f(0.9, 'FedAdam/FedYogi/FedAdagrad first-moment decay',
+                           group='server', bounds=UNIT, gridable=True)
+  server_beta2: float = _f(0.99, 'FedAdam/FedYogi second-moment decay',
+                           group='server', bounds=UNIT, gridable=True)
+  server_tau: float = _f(0.01, 'FedAdam/FedYogi/FedAdagrad adaptivity tau',
+                         group='server', bounds=ABOVE_0, gridable=True)
   server_momentum: float = _f(0.0, 'add SlowMo server momentum with this beta to any algorithm',
-                              group='server')
+                              group='server', bounds=UNIT)
   local_terms: str = _f('', 'comma list of extra local parts: fedadc, self_kd, for, gkd, '
                         'gkd_vote, igfl_c, prox, scaffold, dyn, curv, curv_stateless, ntd, rs',
                         group='algorithm')
@@ -269,7 +336,8 @@ class Config:
   # Personalisation after training (FedADC §IV-D).
   personalize: str = _f('none', 'calibrate: each client fine-tunes the last layer on its data',
                         ('none', 'calibrate'), group='algorithm')
-  personalize_epochs: int = _f(2, 'local epochs of classifier calibration', group='algorithm')
+  personalize_epochs: int = _f(2, 'local epochs of classifier calibration',
+                               group='algorithm', bounds=AT_LEAST_1)
   personalize_term: str = _f('none', 'extra calibration term', ('none', 'prox', 'self_kd'),
                              group='algorithm')
   # Execution.
@@ -282,8 +350,9 @@ class Config:
   client_parallelism: str = _f('auto', 'how cohort clients run inside the compiled round',
                                ('auto', 'vmap', 'sequential'), group='run')
   cohort_chunk: int = _f(0, 'clients vmapped together per chunk; 0 = from --client_parallelism',
-                         group='run')
-  devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)', group='run')
+                         group='run', bounds=AT_LEAST_0)
+  devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)',
+                    group='run', bounds=AT_LEAST_1)
   distributed: str = _f('auto', 'one run across processes with jax.distributed: auto = when '
                        '--num_processes > 1 or --coordinator_address is given, or a multi-'
                        'process SLURM / Open MPI launch is detected; on = always (JAX detects '
@@ -303,20 +372,25 @@ class Config:
   memory_budget_gb: float = _f(0.0, 'refuse to start if the data and state (checked from '
                                'shapes before building) or XLA\'s estimate for one segment need '
                                'more than this (0 = 90% of what this process may use now: free '
-                               'memory, cgroup limit, ulimit -v)', group='run')
+                               'memory, cgroup limit, ulimit -v)',
+                               group='run', bounds=NONNEG.but(wording='a number >= 0'))
   compile_cache: str = _f('auto', "XLA's persistent compilation cache: auto = CACHE/xla (CACHE = "
                           '$FEDJAX_DRIFT_CACHE or ~/.cache/fedjax_drift; a JAX_COMPILATION_CACHE_DIR '
                           'you set wins), off, or a directory: programs compiled before (a rerun, a '
                           'resume, a preset\'s methods on one model) are read, not compiled again',
                           group='run')
-  seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program', group='run')
+  seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program',
+                  group='run', bounds=AT_LEAST_1)
   grid: str = _f('', "sweep float hyperparameters in the same program, e.g. "
                  "'lr:0.01,0.05;beta:0.8,0.9' with slowmo (the cartesian product; an axis "
                  "the run does not read is refused)", group='run')
-  run_chunk: int = _f(0, 'runs vmapped together in a sweep; 0 = all', group='run')
+  run_chunk: int = _f(0, 'runs vmapped together in a sweep; 0 = all',
+                      group='run', bounds=AT_LEAST_0)
   # Evaluation and output.
-  eval_every: int = _f(5, 'evaluate the global model every this many rounds', group='output')
-  eval_batch_size: int = _f(1000, 'test examples per evaluation batch', group='output')
+  eval_every: int = _f(5, 'evaluate the global model every this many rounds',
+                       group='output', bounds=AT_LEAST_1)
+  eval_batch_size: int = _f(1000, 'test examples per evaluation batch',
+                            group='output', bounds=AT_LEAST_1)
   eval_protocol: str = _f('auto', 'global: the global model on the whole test set; fedbn: '
                           'each client\'s own model (global weights + its local BatchNorm '
                           'layers) on its own test split, accuracy = the mean over domains '
@@ -334,7 +408,7 @@ class Config:
                       ('auto', 'validation', 'test'),
                       group='output')
   target_accuracy: float = _f(0.7, 'report the first round reaching this test accuracy',
-                              group='output')
+                              group='output', bounds=UNIT)
   out: str = _f('', 'run directory (default: runs/<algo>-<dataset>-<partition>-s<seed>-<time>)',
                 group='output')
   overwrite: str = dataclasses.field(default='', metadata={
@@ -343,8 +417,9 @@ class Config:
            "--overwrite=force removes everything but the inputs, only in an empty or recorded "
            "directory, never $HOME", group='output').metadata, 'const': 'yes'})
   checkpoint_every: int = _f(0, 'save the state pytree every this many rounds (0 = at every '
-                             'evaluation)', group='run')
-  keep_checkpoints: int = _f(2, 'checkpoints kept in RUN_DIR/checkpoints', group='run')
+                             'evaluation)', group='run', bounds=AT_LEAST_0)
+  keep_checkpoints: int = _f(2, 'checkpoints kept in RUN_DIR/checkpoints',
+                             group='run', bounds=AT_LEAST_1)
   resume: bool = _f(False, 'continue the run in --out from its latest checkpoint', group='run')
   save_params: str = _f('', 'write the final global parameters to this .npz', group='output')
   tensorboard: bool = _f(False, 'also write the metrics as TensorBoard events to '
@@ -377,104 +452,60 @@ class Config:
       self.local_epochs = 1
 
   def validate(self):
-    """Raises UserError naming the first bad flag; returns self."""
-    if self.rounds < 0:
-      raise UserError(f'--rounds={self.rounds} must be >= 0 (0 = only evaluate the start)')
+    """Raises UserError naming the first bad flag; returns self.
+
+    First every field's own rule (its metadata's bounds and choices, in field order), then the
+    rules that tie several fields together, step by step."""
+    self._validate_fields()
+    self._validate_counts()
+    self._validate_files()
+    self._validate_lr_schedule()
+    self._validate_pipeline()
+    self._validate_partition()
+    self._validate_selection()
+    self._validate_personalization()
+    self._validate_outputs()
+    return self
+
+  def _validate_fields(self):
+    """Each field against its own metadata: its Bounds, then its choices."""
+    for f in dataclasses.fields(self):
+      value, bounds, choices = (getattr(self, f.name), f.metadata.get('bounds'),
+                                f.metadata.get('choices'))
+      if bounds is not None and not bounds.accepts(value):
+        raise UserError(bounds.error(f.name, value, self))
+      if choices and value not in choices:
+        raise UserError(f'--{f.name}={value} is not one of '
+                        f'{", ".join(choices)}{did_you_mean(value, choices)}')
+
+  def _validate_counts(self):
+    """Counts that depend on each other: rounds and shifts, cohort, devices, local work."""
     if self.concept_shift_count < 0 or (self.scenario == 'concept_shift' and
                                         self.concept_shift_count > max(self.rounds - 1, 0)):
       raise UserError(f'--concept_shift_count={self.concept_shift_count} must be in 0..'
                       f'{max(self.rounds - 1, 0)} (shifts fall on distinct rounds 2..--rounds)')
-    if self.init_params and not self.init_params.endswith('.npz'):
-      raise UserError(f'--init_params={self.init_params} must be an .npz (from --save_params)')
-    if self.init_params_run < 0:
-      raise UserError(f'--init_params_run={self.init_params_run} must be >= 0')
-    positive = ('num_clients', 'clients_per_round', 'eval_every', 'eval_batch_size',
-                'devices', 'seeds')
-    for name in positive:
-      if getattr(self, name) < 1:
-        raise UserError(f'--{name}={getattr(self, name)} must be >= 1')
     if self.clients_per_round % self.devices:
       raise UserError(f'--clients_per_round={self.clients_per_round} must be a multiple of '
                       f'--devices={self.devices}')
-    for name in ('imbalance_ratio', 'client_fraction'):
-      value = getattr(self, name)
-      if not (math.isfinite(value) and 0 < value <= 1):
-        raise UserError(f'--{name}={value} must be in (0, 1]')
-    if self.keep_checkpoints < 1:
-      raise UserError(f'--keep_checkpoints={self.keep_checkpoints} must be >= 1')
-    if self.resume and not self.out:
-      raise UserError('--resume needs --out=RUN_DIR, the run to continue')
-    for name in ('local_steps', 'local_epochs', 'batch_size', 'cohort_chunk', 'checkpoint_every',
-                 'run_chunk',
-                 'classes_per_client'):
-      if getattr(self, name) < 0:
-        raise UserError(f'--{name}={getattr(self, name)} must be >= 0')
-    if not (math.isfinite(self.memory_budget_gb) and self.memory_budget_gb >= 0):
-      raise UserError(f'--memory_budget_gb={self.memory_budget_gb} must be a number >= 0')
-    for name in ('lr', 'server_lr', 'dirichlet_alpha'):
-      value = getattr(self, name)
-      if not (math.isfinite(value) and value > 0):
-        raise UserError(f'--{name}={value} must be a finite number > 0')
-    for name in ('kd_temperature', 'attention_temperature', 'ntd_temperature', 'server_tau',
-                 'moon_temperature'):
-      value = getattr(self, name)
-      if not value > 0:
-        raise UserError(f'--{name}={value} must be > 0')
-    for name in ('beta', 'phi', 'kd_lambda', 'server_momentum', 'rs_alpha', 'server_beta1',
-                 'server_beta2', 'concept_shift_prob'):
-      value = getattr(self, name)
-      if not (math.isfinite(value) and 0 <= value <= 1):
-        raise UserError(f'--{name}={value} must be in [0, 1]')
-    for name in ('beta_local', 'beta_global'):
-      value = getattr(self, name)
-      if not (value == -1 or 0 <= value <= 1):
-        raise UserError(f'--{name}={value} must be in [0, 1] (or -1 for --beta)')
-    for name in ('for_alpha', 'gkd_gamma', 'vote_lambda', 'igfl_group', 'prox_mu', 'dyn_alpha',
-                 'curv_lambda', 'ntd_beta', 'moon_mu', 'distill_lambda', 'fedgen_alpha',
-                 'fedgen_beta', 'fedgen_lr', 'fedgen_weight_decay', 'fedgen_diversity'):
-      value = getattr(self, name)
-      if not (math.isfinite(value) and value >= 0):
-        raise UserError(f'--{name}={value} must be a finite number >= 0')
-    if not 0 < self.fedgen_decay <= 1:
-      raise UserError(f'--fedgen_decay={self.fedgen_decay} must be in (0, 1]')
-    for name in ('fedgen_noise_dim', 'fedgen_hidden', 'fedgen_client_batch', 'fedgen_steps',
-                 'fedgen_batch'):
-      least = 0 if name in ('fedgen_steps', 'fedgen_batch') else 1
-      if getattr(self, name) < least:
-        raise UserError(f'--{name}={getattr(self, name)} must be >= {least}')
-    if self.moon_projection_dim < 1:
-      raise UserError(f'--moon_projection_dim={self.moon_projection_dim} must be >= 1')
-    if self.image_size < 0 or not 1 <= self.digits5_parts <= 10:
-      raise UserError(f'--image_size={self.image_size} must be >= 0 and --digits5_parts='
-                      f'{self.digits5_parts} in 1..10')
-    for name in ('gn_groups', 'gn_group_size', 'projection_hidden'):
-      if getattr(self, name) < 0:
-        raise UserError(f'--{name}={getattr(self, name)} must be >= 0')
     if self.gn_groups and self.gn_group_size:
       raise UserError(f'--gn_groups={self.gn_groups} and --gn_group_size={self.gn_group_size} '
                       'conflict: give only one of them')
-    if not (self.dropout == -1 or 0 <= self.dropout < 1):
-      raise UserError(f'--dropout={self.dropout} must be in [0, 1) (or -1 for the model\'s own)')
-    if self.gkd_buffer < 1:
-      raise UserError(f'--gkd_buffer={self.gkd_buffer} must be >= 1')
-    if self.vote_val_size < 1:
-      raise UserError(f'--vote_val_size={self.vote_val_size} must be >= 1')
-    for name in ('local_momentum',):
-      value = getattr(self, name)
-      if not 0 <= value < 1:
-        raise UserError(f'--{name}={value} must be in [0, 1)')
-    if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-      raise UserError(f'--weight_decay={self.weight_decay} must be >= 0')
-    self._validate_lr_schedule()
-    self._validate_pipeline()
-    if not 0 <= self.target_accuracy <= 1:
-      raise UserError(f'--target_accuracy={self.target_accuracy} must be in [0, 1]')
     if self.local_steps > 0 and self.local_epochs > 0:
       raise UserError(f'--local_steps={self.local_steps} and --local_epochs={self.local_epochs} '
                       'conflict: give only one of them')
     if self.clients_per_round > self.num_clients and not self.partition.startswith('file:'):
       raise UserError(f'--clients_per_round={self.clients_per_round} exceeds '
                       f'--num_clients={self.num_clients}')
+
+  def _validate_files(self):
+    """--init_params and --resume: the files a run starts from."""
+    if self.init_params and not self.init_params.endswith('.npz'):
+      raise UserError(f'--init_params={self.init_params} must be an .npz (from --save_params)')
+    if self.resume and not self.out:
+      raise UserError('--resume needs --out=RUN_DIR, the run to continue')
+
+  def _validate_partition(self):
+    """--partition: a known name, file:PATH or natural:COLUMN; shards needs labels."""
     if not (self.partition in PARTITIONS or self.partition.startswith('file:')
             or self.partition.startswith('natural:')):
       raise UserError(f'--partition={self.partition} is unknown; use one of '
@@ -484,12 +515,9 @@ class Config:
       raise UserError('--partition=natural: needs a group column, e.g. natural:writer')
     if self.partition == 'shards' and self.classes_per_client < 1:
       raise UserError('--classes_per_client must be >= 1 with --partition=shards')
-    for f in dataclasses.fields(self):
-      choices = f.metadata.get('choices')
-      if choices and getattr(self, f.name) not in choices:
-        raise UserError(f'--{f.name}={getattr(self, f.name)} is not one of '
-                        f'{", ".join(choices)}{did_you_mean(getattr(self, f.name), choices)}')
-    self._validate_selection()
+
+  def _validate_personalization(self):
+    """--personalize and --algo=local_only need per-client test splits and a global model."""
     if self.personalize == 'calibrate' and self.test_partition != 'like_train':
       raise UserError('--personalize=calibrate needs a per-client test split: add '
                       '--test_partition=like_train')
@@ -503,20 +531,17 @@ class Config:
     if self.algo == 'local_only' and self.save_params:
       raise UserError('--save_params writes the global model, which --algo=local_only never '
                       'trains (its clients\' models are in the checkpoints); drop it')
-    if self.personalize_epochs < 1:
-      raise UserError(f'--personalize_epochs={self.personalize_epochs} must be >= 1')
+
+  def _validate_outputs(self):
+    """--tensorboard's package and --save_params's file name."""
     if self.tensorboard and importlib.util.find_spec('tensorboardX') is None:
       raise UserError('--tensorboard needs tensorboardX: pip install tensorboardX (or '
                       '".[tensorboard]" in the clone)')
     if self.save_params and not self.save_params.endswith('.npz'):
       raise UserError(f'--save_params={self.save_params} must end in .npz')
-    return self
 
   def _validate_selection(self):
     """--val_fraction, --val_source and --select_on (study.py carves the split)."""
-    if not (math.isfinite(self.val_fraction) and 0 <= self.val_fraction < 1):
-      raise UserError(f'--val_fraction={self.val_fraction} must be in [0, 1) (0 = no '
-                      'validation split)')
     if self.val_source == 'dataset' and self.val_fraction:
       raise UserError(f'--val_source=dataset uses the dataset\'s own validation split, so '
                       f'--val_fraction={self.val_fraction:g} would carve a second one; give '
@@ -558,22 +583,9 @@ class Config:
     if self.lr_schedule == 'step' and self.lr_step_rounds < 1:
       raise UserError(f'--lr_schedule=step needs --lr_step_rounds >= 1 (rounds between '
                       f'decays), got {self.lr_step_rounds}')
-    if not (math.isfinite(self.lr_min) and 0 <= self.lr_min <= 1):
-      raise UserError(f'--lr_min={self.lr_min} must be in [0, 1] (a fraction of --lr)')
 
   def _validate_pipeline(self):
-    """The training-pipeline flags (data/pipeline.py, algorithms/local.py)."""
-    if not (math.isfinite(self.clip_grad_norm) and self.clip_grad_norm >= 0):
-      raise UserError(f'--clip_grad_norm={self.clip_grad_norm} must be >= 0 (0 = off)')
-    if self.augment_pad < 0:
-      raise UserError(f'--augment_pad={self.augment_pad} must be >= 0')
-    if not 0 <= self.augment_degrees <= 180:
-      raise UserError(f'--augment_degrees={self.augment_degrees} must be in [0, 180]')
-    for name in ('adam_b1', 'adam_b2'):
-      if not 0 <= getattr(self, name) < 1:
-        raise UserError(f'--{name}={getattr(self, name)} must be in [0, 1)')
-    if not (math.isfinite(self.adam_eps) and self.adam_eps > 0):
-      raise UserError(f'--adam_eps={self.adam_eps} must be > 0')
+    """The training-pipeline flags that go together (data/pipeline.py, algorithms/local.py)."""
     if self.local_optimizer == 'adam' and self.local_momentum:
       raise UserError(f'--local_momentum={self.local_momentum} is SGD\'s; with '
                       '--local_optimizer=adam use --adam_b1')
@@ -603,6 +615,7 @@ class Config:
 
 
 def fields():
+  """Config's dataclass fields, in their (--help and config.json) order."""
   return dataclasses.fields(Config)
 
 
@@ -617,18 +630,28 @@ def from_dict(values: dict, base: Optional[Config] = None) -> Config:
   return dataclasses.replace(base, **values)
 
 
+def metadata(name: str):
+  """Field `name`'s metadata (read-only): help, choices, group, bounds (a Bounds or None),
+  gridable, and const for a flag that may be given bare. KeyError for an unknown name."""
+  return Config.__dataclass_fields__[name].metadata
+
+
+def bounds_of(name: str) -> Optional[Bounds]:
+  """The Bounds that validate() holds field `name` to, or None where it has none."""
+  return metadata(name)['bounds']
+
+
+def gridable_fields() -> tuple:
+  """The names of the fields marked gridable=True, in Config's field order."""
+  return tuple(f.name for f in fields() if f.metadata.get('gridable'))
+
+
 # Flags --grid may sweep: float hyperparameters that only enter arithmetic, so a value can be
-# a traced scalar and one compiled program serves every grid point. Everything else (model,
-# algorithm, shapes, step counts, variants, buffer sizes, integer and string flags) steers
-# compilation and stays one value per sweep. See study.py.
-GRIDABLE = ('lr', 'server_lr', 'beta', 'beta_local', 'beta_global', 'phi', 'kd_lambda',
-            'kd_temperature', 'for_alpha', 'gkd_gamma', 'vote_lambda', 'attention_temperature',
-            'igfl_group', 'prox_mu', 'dyn_alpha', 'curv_lambda', 'distill_lambda', 'ntd_beta',
-            'fedgen_alpha', 'fedgen_beta', 'fedgen_decay', 'fedgen_lr', 'fedgen_weight_decay',
-            'fedgen_diversity',
-            'ntd_temperature',
-            'rs_alpha', 'moon_mu', 'moon_temperature', 'server_tau', 'server_beta1',
-            'server_beta2', 'local_momentum', 'weight_decay', 'lr_decay', 'lr_min')
+# a traced scalar and one compiled program serves every grid point (the module docstring says
+# what that asks of the code reading them). Everything else (model, algorithm, shapes, step
+# counts, variants, buffer sizes, integer and string flags) steers compilation and stays one
+# value per sweep. Marked by gridable=True on the field; see study.py.
+GRIDABLE = gridable_fields()
 
 
 def parse_grid(text):
