@@ -17,6 +17,7 @@ from fedjax_drift.algorithms.parts import ClientContext
 from fedjax_drift.data import federated
 from fedjax_drift.data.pipeline import Pipeline, preprocess
 from fedjax_drift.state import Client
+from fedjax_drift import registry
 
 
 def head_labels(params):
@@ -117,3 +118,15 @@ def summarize(before, after, num_test):
       'calibrated_min_accuracy': float(a.min()), 'calibrated_max_accuracy': float(a.max()),
       'mean_gain': float((a - b).mean()),
   }
+
+
+# --- Registration -----------------------------------------------------------------------------
+# Data: for_experiment reads the values; the entries name them for --list and the checks.
+registry.register('personalize', 'none', 'evaluate the global model as trained')
+registry.register('personalize', 'calibrate', 'each client fine-tunes the last layer on its '
+                  'data (FedADC §IV-D)', reads=('personalize_epochs', 'personalize_term'))
+registry.register('personalize_term', 'none', 'calibration by cross-entropy alone')
+registry.register('personalize_term', 'prox', 'calibration adds the proximal term (--prox_mu)',
+                  reads=('prox_mu',))
+registry.register('personalize_term', 'self_kd', 'calibration adds self-confidence '
+                  'distillation', reads=('kd_lambda', 'kd_temperature', 'kd_tau2'))

@@ -26,7 +26,7 @@ import dataclasses
 import jax.numpy as jnp
 import optax
 
-NAMES = ('constant', 'step', 'exponential', 'cosine')
+from fedjax_drift import registry
 
 
 def _exponential(init, steps, rate, staircase):
@@ -46,18 +46,24 @@ def _exponential(init, steps, rate, staircase):
 
 def client_lr(config):
   """round index -> client learning rate for config.lr_schedule (an optax.Schedule), or None
-  for constant. config.lr, lr_decay and lr_min may be traced (swept with --grid);
-  lr_step_rounds and rounds are static."""
-  kind = config.lr_schedule
-  if kind == 'constant':
-    return None
-  if kind == 'step':
-    return _exponential(config.lr, config.lr_step_rounds, config.lr_decay, staircase=True)
-  if kind == 'exponential':
-    return _exponential(config.lr, 1, config.lr_decay, staircase=False)
-  if kind == 'cosine':
-    return optax.cosine_decay_schedule(config.lr, max(config.rounds, 1), alpha=config.lr_min)
-  raise ValueError(f'unknown lr_schedule {kind!r}')
+  for constant: the registered schedule built from the fields it declares. config.lr,
+  lr_decay and lr_min may be traced (swept with --grid); lr_step_rounds and rounds are
+  static."""
+  return registry.build('lr_schedule', config.lr_schedule, config)
+
+
+registry.register('lr_schedule', 'constant', 'eta_t = --lr', build=lambda v: None)
+registry.register('lr_schedule', 'step', 'eta * d^floor(t / S), d = --lr_decay, S = '
+                  '--lr_step_rounds', reads=('lr_decay', 'lr_step_rounds'),
+                  build=lambda v: _exponential(v.lr, v.lr_step_rounds, v.lr_decay,
+                                               staircase=True))
+registry.register('lr_schedule', 'exponential', 'eta * d^t, d = --lr_decay', reads=('lr_decay',),
+                  build=lambda v: _exponential(v.lr, 1, v.lr_decay, staircase=False))
+registry.register('lr_schedule', 'cosine', 'from eta down to eta * --lr_min over --rounds',
+                  reads=('lr_min',),
+                  build=lambda v: optax.cosine_decay_schedule(v.lr, max(v.rounds, 1),
+                                                              alpha=v.lr_min))
+NAMES = registry.names('lr_schedule')
 
 
 def at_round(config, round_index):

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import fedjax_drift
-from fedjax_drift import algorithms, applies, config as config_lib
+from fedjax_drift import registry, algorithms, applies, config as config_lib
 from fedjax_drift.config import Config, parse_grid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,8 +82,8 @@ def test_single_run_flags_nothing_reads_are_warned(kw, named):
 def test_every_declared_field_is_a_config_field_and_every_recipe_resolves():
   names = {f.name for f in dataclasses.fields(Config)}
   assert applies.DECLARED <= names
-  assert set(algorithms.LOCAL_TERMS) <= set(applies.PART_READS)
-  assert set(algorithms.SERVER_OPTIMIZERS) | {'fedadc'} <= set(applies.SERVER_READS)
+  assert set(algorithms.LOCAL_TERMS) == set(registry.names('part'))
+  assert set(algorithms.SERVER_OPTIMIZERS) | {'fedadc'} <= set(registry.names('server'))
   for algo in algorithms.NAMES:  # each algorithm reads its own hyperparameters
     reads = applies.reads(Config(algo=algo))
     assert reads <= names, algo

@@ -1,129 +1,37 @@
 """Algorithms by name, and composition from parts.
 
-`get(name, config, model, server_data)` builds a FederatedAlgorithm. Each name is a recipe:
-local parts (see parts.py), an aggregator, a server optimizer, and the paper's aggregation
-weighting (used when --weighting=auto).
+`get(name, config, model, server_data)` builds a FederatedAlgorithm. Each name is a recipe
+(recipes.py), registered by its paper's file: local parts (see parts.py), an aggregator, a
+server optimizer, and the paper's aggregation weighting (used when --weighting=auto). Every
+part, aggregator and optimizer registers once beside its code (fedjax_drift/registry.py), with
+the Config fields it reads; this module only looks them up.
 
 Composition flags extend any recipe: --local_terms adds local parts (LOCAL_TERMS),
 --aggregator replaces the aggregator (AGGREGATORS), --server_optimizer replaces the server
 optimizer and --server_momentum puts SlowMo momentum on an averaging server.
 """
 import dataclasses
-from typing import NamedTuple
 
-import jax
-
-from fedjax_drift.algorithms import (fedadc, fedbn, fedcurv, feddistill, feddyn, fedfor,
-                                     fedgen, fedgkd, fedntd, fedprox,
-                                     fedrs, igfl, local, local_only, moon, scaffold,
-                                     server_optimizers)
-from fedjax_drift.algorithms.parts import compose
-from fedjax_drift import models
+from fedjax_drift import registry
 from fedjax_drift.errors import UserError, did_you_mean
+from fedjax_drift.algorithms import parts as _parts  # registers the 'mean' aggregator
+# The families, in --list order; importing each registers its recipes and parts.
+from fedjax_drift.algorithms import (server_optimizers, local, fedadc, fedfor, fedgkd,
+                                     feddistill, fedgen, igfl, fedprox, scaffold, feddyn,
+                                     fedcurv, fedntd, fedrs, moon, fedbn, local_only)
+from fedjax_drift.algorithms.parts import compose
+from fedjax_drift.algorithms.recipes import Recipe
 
-
-class Recipe(NamedTuple):
-  parts: tuple = ()
-  aggregator: str = 'mean'
-  server: str = 'avg'          # avg, slowmo, fedadc, adam, yogi, adagrad
-  weighting: str = 'examples'  # the paper's p_i: examples (n_i / n) or uniform (1/|S|)
-  weighting_source: str = ''   # where the paper sets p_i
-  summary: str = ''
-  projection: bool = False     # the model gets a projection head before its output layer
-
-
-_MCMAHAN = 'McMahan et al. 2017, FedAvg: n_k/n'
-# The baselines, as the papers that compare against them run them.
-_INHERITS = 'inherits FedAvg\'s n_k/n averaging'
-_REDDI = 'Reddi et al. 2021, Alg. 2: (1/|S|) sum'
-
-RECIPES = {
-    'fedavg': Recipe(weighting_source=_MCMAHAN,
-                     summary='local SGD, weighted mean (McMahan et al.)'),
-    'slowmo': Recipe(server='slowmo', weighting='uniform',
-                     weighting_source='FedADC paper (journal), Alg. 2 l.12',
-                     summary='server momentum --beta (SlowMo)'),
-    'fedavgm': Recipe(server='slowmo', weighting='uniform',
-                      weighting_source='FedADC paper (journal), Alg. 2 l.12',
-                      summary='alias of slowmo'),
-    'fedadc': Recipe(('fedadc',), server='fedadc', weighting='uniform',
-                     weighting_source='FedADC paper (journal), Alg. 3 l.16',
-                     summary='embedded server momentum'),
-    'fedadc_dm': Recipe(('fedadc',), server='fedadc', weighting='uniform',
-                        weighting_source='FedADC paper (journal), Alg. 4 (as Alg. 3 l.16)',
-                        summary='FedADC + local double momentum'),
-    'fedadc_plus': Recipe(('fedadc', 'self_kd'), server='fedadc', weighting='uniform',
-                          weighting_source='FedADC paper (journal), Alg. 3 l.16',
-                          summary='FedADC + self-confidence distillation'),
-    'fedfor': Recipe(('for',), weighting='uniform',
-                     weighting_source='FedFOR paper, Alg. 1: W^t = (1/K) sum_k W_k^t',
-                     summary='rectified first-order term (--for_alpha, --for_scale)'),
-    'fedgkd': Recipe(('gkd',), weighting_source='FedGKD paper, Alg. 1 l.14',
-                     summary='distillation from the buffered global models'),
-    'fedgkd_vote': Recipe(('gkd_vote',), weighting_source='FedGKD paper, Alg. 1 l.14',
-                          summary='per-model distillation, validation-weighted'),
-    'fedgkd_plus': Recipe(('gkd',), weighting_source='FedGKD paper, Alg. 1 l.14',
-                          summary='FedGKD with a projection head before the output layer '
-                          '(FedGKD paper, §5.1 "FedGKD+")', projection=True),
-    'feddistill_plus': Recipe(('feddistill',),
-                              weighting_source='FedGen code, serverbase.aggregate_parameters: '
-                              'n_k/n over the selected users',
-                              summary='per-label logit distillation + parameter averaging '
-                              '(FedGen paper, §5 "FedDistill+")'),
-    'fedgen': Recipe(('fedgen',),
-                     weighting_source='FedGen code, serverbase.aggregate_parameters: n_k/n '
-                     'over the selected users',
-                     summary='server-side conditional generator of penultimate features, '
-                     'distilled into the clients\' heads (Zhu et al. 2021, FedGen)'),
-    'igfl_c': Recipe(('igfl_c',), weighting='uniform',
-                     weighting_source='IGFL paper, Alg. 3 l.1, l.7',
-                     summary='group-aware local steps'),
-    'igfl_s': Recipe((), 'attention', weighting='uniform',
-                     weighting_source='IGFL paper, Alg. 3 l.1, l.7 (attention: §4)',
-                     summary='attention aggregation'),
-    'igfl': Recipe(('igfl_c',), 'attention', weighting='uniform',
-                   weighting_source='IGFL paper, Alg. 3 l.1, l.7 (attention: §4)',
-                   summary='IGFL-C + IGFL-S'),
-    'fedprox': Recipe(('prox',),
-                      weighting_source=_INHERITS + ' (Li et al. 2020 sample by n_k and '
-                      'average 1/K: the same in expectation)',
-                      summary='proximal term (--prox_mu)'),
-    'scaffold': Recipe(('scaffold',), weighting='uniform',
-                       weighting_source='Karimireddy et al. 2020, Alg. 1: (1/|S|) sum',
-                       summary='control variates, option II'),
-    'feddyn': Recipe(('dyn',), weighting='uniform',
-                     weighting_source='Acar et al. 2021, Alg. 1: (1/|P_t|) sum',
-                     summary='dynamic regularisation'),
-    'fedcurv': Recipe(('curv',), weighting_source=_INHERITS,
-                      summary='EWC penalty with client Fishers'),
-    'fedcurv_stateless': Recipe(('curv_stateless',),
-                                weighting_source=_INHERITS,
-                                summary='EWC penalty with the previous cohort\'s Fishers '
-                                '(FedFOR paper, eq. 9, Table 2)'),
-    'fedntd': Recipe(('ntd',), weighting_source=_INHERITS,
-                     summary='not-true distillation'),
-    'fedrs': Recipe(('rs',), weighting_source=_INHERITS,
-                    summary='restricted softmax'),
-    'moon': Recipe(('moon',), weighting_source='Li et al. 2021 (MOON), Alg. 1: |D^i|/|D|',
-                   summary='model-contrastive term on a projection head', projection=True),
-    'fedbn': Recipe(('fedbn',), weighting_source=_INHERITS,
-                    summary='BatchNorm layers stay local (use a *_bn model)'),
-    'fedadam': Recipe(server='adam', weighting='uniform', weighting_source=_REDDI,
-                      summary='adaptive server (Adam)'),
-    'fedyogi': Recipe(server='yogi', weighting='uniform', weighting_source=_REDDI,
-                      summary='adaptive server (Yogi)'),
-    'fedadagrad': Recipe(server='adagrad', weighting='uniform', weighting_source=_REDDI,
-                         summary='adaptive server (Adagrad)'),
-    'local_only': Recipe(weighting_source='none: nothing is aggregated',
-                         summary='each client trains alone on its own data, no communication '
-                         '(needs --test_partition=like_train)'),
-}
+RECIPES = {name: e.info for name, e in registry.entries('algorithm').items()}
 NAMES = tuple(RECIPES)
-LOCAL_TERMS = ('fedadc', 'self_kd', 'for', 'gkd', 'gkd_vote', 'igfl_c', 'prox', 'scaffold',
-               'dyn', 'curv', 'curv_stateless', 'ntd', 'rs', 'moon', 'fedbn', 'feddistill',
-               'fedgen')
-AGGREGATORS = ('mean',) + tuple(f'attention_{kind}' for kind in igfl.ATTENTIONS)
-SERVER_OPTIMIZERS = ('avg', 'slowmo', 'adam', 'yogi', 'adagrad')
+LOCAL_TERMS = registry.names('part')
+AGGREGATORS = registry.names('aggregator')
+SERVER_OPTIMIZERS = tuple(n for n in registry.names('server')
+                          if n not in fedadc.INTERNAL['server'])
+LOCAL_OPTIMIZERS = tuple(n for n in registry.names('local_optimizer')
+                         if n not in fedadc.INTERNAL['local_optimizer'])
+# The projection head (MOON, FedGKD+) is part of the model: these fields size it.
+PROJECTION_READS = ('moon_projection_dim', 'projection_hidden')
 
 
 def _split(text):
@@ -155,7 +63,7 @@ def recipe(config) -> Recipe:
     if config.server_optimizer or config.server_momentum:
       raise UserError('--server_optimizer/--server_momentum do not combine with FedADC, whose '
                       'server momentum is part of the method (--beta_global)')
-    server = 'fedadc'
+    server = base.server if base.server in fedadc.INTERNAL['server'] else 'fedadc'
   if config.server_optimizer:
     if config.server_optimizer not in SERVER_OPTIMIZERS:
       raise UserError(f'--server_optimizer={config.server_optimizer} is unknown; use one of '
@@ -198,110 +106,35 @@ def needs_validation(config):
   return 'gkd_vote' in recipe(config).parts
 
 
-def _or_beta(value, beta):
-  """--beta_local / --beta_global: -1 (a Python number) means 'the same as --beta'."""
-  return beta if isinstance(value, (int, float)) and value < 0 else value
-
-
-def _part(name, c, model, server_data, parts):
-  beta_local = _or_beta(c.beta_local, c.beta)
-  if name == 'fedadc':
-    return fedadc.embedded_momentum(beta_local, c.fedadc_variant == 'nesterov')
-  if name == 'self_kd':
-    return fedadc.self_confidence_kd(c.kd_lambda, c.kd_temperature, c.kd_tau2)
-  if name == 'for':
-    return fedfor.rectified_term(c.for_alpha, c.for_scale)
-  if name == 'gkd':
-    return fedgkd.ensemble_distillation(c.gkd_gamma, c.gkd_buffer, c.kd_temperature,
-                                        c.gkd_loss, c.kd_tau2, c.gkd_buffer_start)
-  if name == 'gkd_vote':
-    if server_data is None:
-      raise UserError('FedGKD-Vote needs a server validation split (--vote_val_size)')
-    return fedgkd.vote_distillation(c.vote_lambda, c.gkd_buffer, c.kd_temperature,
-                                    model.apply, server_data['x_val'], server_data['y_val'],
-                                    c.gkd_loss, c.kd_tau2, c.gkd_buffer_start)
-  if name == 'feddistill':
-    return feddistill.label_distillation(c.distill_lambda, c.kd_temperature,
-                                         _num_classes(model), c.kd_tau2)
-  if name == 'fedgen':
-    return fedgen.generator_distillation(
-        model, c.fedgen_alpha, c.fedgen_beta, c.fedgen_decay, c.fedgen_noise_dim,
-        c.fedgen_hidden, c.fedgen_steps, c.fedgen_lr, c.fedgen_batch or c.batch_size or 32,
-        c.fedgen_client_batch, c.fedgen_weight_decay, c.fedgen_diversity,
-        teacher=c.fedgen_teacher)
-  if name == 'igfl_c':
-    return igfl.group_correction(c.igfl_group)
-  if name == 'prox':
-    return fedprox.proximal_term(c.prox_mu)
-  if name == 'scaffold':
-    return scaffold.control_variates()
-  if name == 'dyn':
-    return feddyn.dynamic_regularizer(c.dyn_alpha)
-  if name == 'curv':
-    return fedcurv.ewc_penalty(c.curv_lambda)
-  if name == 'curv_stateless':
-    return fedcurv.stateless_ewc_penalty(c.curv_lambda)
-  if name == 'ntd':
-    return fedntd.not_true_distillation(c.ntd_beta, c.ntd_temperature, c.kd_tau2)
-  if name == 'rs':
-    return fedrs.restricted_softmax(c.rs_alpha)
-  if name == 'moon':
-    # BatchNorm models: the local z in training mode (batch statistics), the others frozen.
-    train_z = (lambda p, x: model.train_features(p, x)[0]) if model.has_state else None
-    return moon.contrastive_term(c.moon_mu, c.moon_temperature, model.features, train_z)
-  if name == 'fedbn':
-    fedbn.check_has_norms(model)
-    return fedbn.local_norms()
-  if name.startswith('attention_'):
-    return igfl.attention(name[len('attention_'):], c.attention_similarity,
-                          c.attention_temperature, 'igfl_c' if 'igfl_c' in parts else None)
-  raise AssertionError(name)
-
-
-def _num_classes(model):
-  """C, the width of the model's logits (from shapes only; nothing is computed)."""
-  params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
-  return int(jax.eval_shape(model.apply, params, models.example_input(model)).shape[-1])
-
-
-def _server_optimizer(server, c):
-  beta_local, beta_global = _or_beta(c.beta_local, c.beta), _or_beta(c.beta_global, c.beta)
-  if server == 'fedadc':
-    if c.algo == 'fedadc_dm':
-      beta_global = beta_local  # Algorithm 4: m_{t+1} = Delta_bar
-    return fedadc.server_momentum(beta_local, beta_global, c.lr, c.server_lr)
-  if server == 'slowmo':
-    beta = c.beta if local.is_off(c.server_momentum) else c.server_momentum
-    return server_optimizers.slowmo(beta, c.lr, c.server_lr)
-  if server in ('adam', 'yogi', 'adagrad'):
-    return server_optimizers.adaptive(server, c.server_lr, c.server_beta1, c.server_beta2,
-                                      c.server_tau)
-  return server_optimizers.averaging(c.server_lr)
-
-
 def get(name, config, model, server_data=None):
-  """The algorithm `name` with hyperparameters from `config` (a fedjax_drift.Config)."""
+  """The algorithm `name` with hyperparameters from `config` (a fedjax_drift.Config): each
+  registered component of its recipe built from the values it declares (registry.build)."""
   config = dataclasses.replace(config, algo=name)
   r = recipe(config)
-  parts = [_part(p, config, model, server_data, r.parts) for p in r.parts]
-  if r.aggregator != 'mean':
-    parts.append(_part(r.aggregator, config, model, server_data, r.parts))
+  context = dict(model=model, server_data=server_data, parts=r.parts)
+  parts = [registry.build('part', p, config, **context) for p in r.parts]
+  aggregator = registry.build('aggregator', r.aggregator, config, **context) \
+      if registry.get('aggregator', r.aggregator).build else None
+  if aggregator is not None:
+    parts.append(aggregator)
   # The training-mode forward only where it differs from apply: BatchNorm, dropout.
   train_apply = (model.train_apply if model.has_state or getattr(model, 'has_dropout', False)
                  else None)
+  optimizer = registry.build('local_optimizer', local_optimizer_name(config), config)
   if name == local_only.NAME:
-    return local_only.local_only(model.apply, config.lr, local_optimizer(config), train_apply,
+    return local_only.local_only(model.apply, config.lr, optimizer, train_apply,
                                  config.clip_grad_norm)
-  return compose(config.algo, model.apply, config.lr, local_optimizer(config),
-                 _server_optimizer(r.server, config), parts, config.clients_per_round,
+  return compose(config.algo, model.apply, config.lr, optimizer,
+                 registry.build('server', r.server, config), parts, config.clients_per_round,
                  train_apply, config.clip_grad_norm)
+
+
+def local_optimizer_name(config) -> str:
+  """The registered local optimizer the run uses: its recipe's own (fedadc_dm), else
+  --local_optimizer."""
+  return RECIPES[config.algo].local_optimizer or config.local_optimizer
 
 
 def local_optimizer(config):
   """The clients' optax optimizer: fedadc_dm's own, Adam, or SGD (momentum, L2)."""
-  if config.algo == 'fedadc_dm':
-    return fedadc.double_momentum_optimizer(config.lr, config.phi, config.weight_decay)
-  if config.local_optimizer == 'adam':
-    return local.adam(config.lr, config.adam_b1, config.adam_b2, config.adam_eps,
-                      config.weight_decay)
-  return local.sgd(config.lr, config.local_momentum, config.weight_decay)
+  return registry.build('local_optimizer', local_optimizer_name(config), config)

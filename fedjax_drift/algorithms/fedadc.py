@@ -30,6 +30,8 @@ from optax.tree_utils import tree_get
 from fedjax_drift.algorithms.distill import kl_to_student, tau2_factor
 from fedjax_drift.algorithms.local import cross_entropy, is_off, masked_mean
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 
 def server_momentum(beta_local, beta_global, lr, server_lr=1.0):
@@ -114,3 +116,49 @@ def self_confidence_kd(kd_lambda, temperature, tau2=False):
     return kd_lambda * (kl - ce)
 
   return Part('self_kd', loss=loss)
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'fedadc', 'embedded momentum: local steps lean on m_t (FedADC)',
+                    reads=('beta_local', 'fedadc_variant'))
+def _embedded(v, **_):
+  return embedded_momentum(v.beta_local, v.fedadc_variant == 'nesterov')
+
+
+@registry.registers('part', 'self_kd', 'self-confidence distillation (FedADC+)',
+                    reads=('kd_lambda', 'kd_temperature', 'kd_tau2'))
+def _self_kd(v, **_):
+  return self_confidence_kd(v.kd_lambda, v.kd_temperature, v.kd_tau2)
+
+
+@registry.registers('server', 'fedadc', 'FedADC server momentum (Alg. 3): m_{t+1} = beta_global '
+                    'm_t + Delta_bar', reads=('beta_local', 'beta_global'))
+def _server(v):
+  return server_momentum(v.beta_local, v.beta_global, v.lr, v.server_lr)
+
+
+@registry.registers('server', 'fedadc_dm', 'FedADC with double momentum (Alg. 4): m_{t+1} = '
+                    'Delta_bar, beta_global = beta_local', reads=('beta_local',))
+def _server_dm(v):
+  return server_momentum(v.beta_local, v.beta_local, v.lr, v.server_lr)
+
+
+@registry.registers('local_optimizer', 'fedadc_dm', 'FedADC\'s local double momentum (Alg. 4); '
+                    'replaces --local_optimizer', reads=('phi',))
+def _double_momentum(v):
+  return double_momentum_optimizer(v.lr, v.phi, v.weight_decay)
+
+
+# Internal: chosen by a recipe, never by --server_optimizer / --local_optimizer.
+INTERNAL = {'server': ('fedadc', 'fedadc_dm'), 'local_optimizer': ('fedadc_dm',)}
+_JOURNAL = 'FedADC paper (journal), '
+algorithm('fedadc', Recipe(('fedadc',), server='fedadc', weighting='uniform',
+                           weighting_source=_JOURNAL + 'Alg. 3 l.16',
+                           summary='embedded server momentum'))
+algorithm('fedadc_dm', Recipe(('fedadc',), server='fedadc_dm', weighting='uniform',
+                              weighting_source=_JOURNAL + 'Alg. 4 (as Alg. 3 l.16)',
+                              summary='FedADC + local double momentum',
+                              local_optimizer='fedadc_dm'))
+algorithm('fedadc_plus', Recipe(('fedadc', 'self_kd'), server='fedadc', weighting='uniform',
+                                weighting_source=_JOURNAL + 'Alg. 3 l.16',
+                                summary='FedADC + self-confidence distillation'))

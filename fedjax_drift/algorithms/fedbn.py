@@ -21,6 +21,8 @@ import jax.numpy as jnp
 from fedjax_drift.algorithms.parts import Part
 from fedjax_drift.errors import UserError
 from fedjax_drift.models.zoo import MODELS
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import INHERITS, Recipe, algorithm
 
 
 def is_norm_leaf(path):
@@ -63,3 +65,15 @@ def local_norms():
     return {'norms': [jnp.array(x) for x in norm_leaves(params)]}  # the initial model's
 
   return Part('fedbn', init_client=init_client, start=start, client_final=client_final)
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'fedbn', 'normalisation layers stay local (FedBN)')
+def _local_norms(v, model, **_):
+  del v
+  check_has_norms(model)
+  return local_norms()
+
+
+algorithm('fedbn', Recipe(('fedbn',), weighting_source=INHERITS,
+                          summary='BatchNorm layers stay local (use a *_bn model)'))

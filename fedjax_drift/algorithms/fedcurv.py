@@ -28,6 +28,8 @@ import jax.numpy as jnp
 
 from fedjax_drift.algorithms.local import cross_entropy
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import INHERITS, Recipe, algorithm
 
 
 def _zeros(params):
@@ -111,3 +113,23 @@ def ewc_penalty(curv_lambda):
               init_client=lambda p: {'fisher': _zeros(p), 'params': _zeros(p)},
               loss=loss, client_final=_fisher_and_final, server_update=server_update,
               upload=_model_size)
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'curv', 'EWC penalty with the clients\' Fishers (FedCurv)',
+                    reads=('curv_lambda',))
+def _ewc(v, **_):
+  return ewc_penalty(v.curv_lambda)
+
+
+@registry.registers('part', 'curv_stateless', 'EWC penalty with the previous cohort\'s Fishers '
+                    '(FedFOR paper, eq. 9)', reads=('curv_lambda',))
+def _stateless_ewc(v, **_):
+  return stateless_ewc_penalty(v.curv_lambda)
+
+
+algorithm('fedcurv', Recipe(('curv',), weighting_source=INHERITS,
+                            summary='EWC penalty with client Fishers'))
+algorithm('fedcurv_stateless', Recipe(('curv_stateless',), weighting_source=INHERITS,
+                                      summary='EWC penalty with the previous cohort\'s Fishers '
+                                      '(FedFOR paper, eq. 9, Table 2)'))

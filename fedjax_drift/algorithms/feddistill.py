@@ -27,6 +27,9 @@ import jax.numpy as jnp
 
 from fedjax_drift.algorithms.distill import kl_to_student, tau2_factor
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift import models
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 
 def label_logit_sums(apply_fn, params, batch_fn, num_examples, num_classes):
@@ -95,3 +98,22 @@ def label_distillation(distill_lambda, temperature, num_classes, tau2=False):
   return Part('feddistill', init=init, payload=lambda buffer, params, server: buffer,
               loss=loss, client_upload=client_upload, server_update=server_update,
               upload=lambda params: num_classes * num_classes + num_classes)
+
+
+# --- Registration -----------------------------------------------------------------------------
+def num_classes(model):
+  """C, the width of the model's logits (from shapes only; nothing is computed)."""
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0))
+  return int(jax.eval_shape(model.apply, params, models.example_input(model)).shape[-1])
+
+
+@registry.registers('part', 'feddistill', 'per-label logit distillation (FedDistill+)',
+                    reads=('distill_lambda', 'kd_temperature', 'kd_tau2'))
+def _label_distillation(v, model, **_):
+  return label_distillation(v.distill_lambda, v.kd_temperature, num_classes(model), v.kd_tau2)
+
+
+algorithm('feddistill_plus', Recipe(
+    ('feddistill',), weighting_source='FedGen code, serverbase.aggregate_parameters: n_k/n over '
+    'the selected users', summary='per-label logit distillation + parameter averaging (FedGen '
+    'paper, §5 "FedDistill+")'))

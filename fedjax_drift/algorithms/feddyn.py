@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 
 def dynamic_regularizer(alpha):
@@ -40,3 +42,14 @@ def dynamic_regularizer(alpha):
   zeros = lambda params: jax.tree.map(jnp.zeros_like, params)
   return Part('feddyn', init=zeros, init_client=zeros, loss=loss, client_final=client_final,
               server_update=server_update, needs_client_deltas=True)  # the unweighted sum
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'dyn', 'dynamic regularisation (FedDyn)', reads=('dyn_alpha',))
+def _dynamic(v, **_):
+  return dynamic_regularizer(v.dyn_alpha)
+
+
+algorithm('feddyn', Recipe(('dyn',), weighting='uniform',
+                           weighting_source='Acar et al. 2021, Alg. 1: (1/|P_t|) sum',
+                           summary='dynamic regularisation'))

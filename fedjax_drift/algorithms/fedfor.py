@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 SCALES = ('paper', 'per_step')
 
@@ -58,3 +60,15 @@ def rectified_term(alpha, scale='paper'):
   return Part('fedfor', init=lambda params: jax.tree.map(jnp.array, params),
               payload=lambda buffer, params, server: buffer, loss=loss,
               server_update=server_update)
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'for', 'rectified first-order term alpha/eta (FedFOR eq. 7)',
+                    reads=('for_alpha', 'for_scale'))
+def _rectified(v, **_):
+  return rectified_term(v.for_alpha, v.for_scale)
+
+
+algorithm('fedfor', Recipe(('for',), weighting='uniform',
+                           weighting_source='FedFOR paper, Alg. 1: W^t = (1/K) sum_k W_k^t',
+                           summary='rectified first-order term (--for_alpha, --for_scale)'))

@@ -43,6 +43,8 @@ from fedjax_drift.algorithms.distill import kl_to_student
 from fedjax_drift.algorithms.local import cross_entropy, is_off, masked_mean
 from fedjax_drift.algorithms.parts import Part
 from fedjax_drift.errors import UserError
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 COEFFICIENT_FLOOR = 1e-4  # userpFedGen.exp_lr_scheduler: max(1e-4, init * decay^t)
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1  # torch.nn.BatchNorm1d's defaults, as the code's generator
@@ -246,3 +248,23 @@ def generator_distillation(model, alpha, beta, decay, noise_dim, hidden, steps, 
   return Part('fedgen', init=init, payload=payload, loss=loss if has_loss else None,
               client_upload=client_upload, server_update=server_update,
               diagnostics=diagnostics, upload=lambda params: num_classes)
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers(
+    'part', 'fedgen', 'server-side generator of penultimate features distilled into the heads '
+    '(FedGen)', reads=('fedgen_alpha', 'fedgen_beta', 'fedgen_decay', 'fedgen_noise_dim',
+                       'fedgen_hidden', 'fedgen_steps', 'fedgen_lr', 'fedgen_weight_decay',
+                       'fedgen_batch', 'fedgen_client_batch', 'fedgen_diversity',
+                       'fedgen_teacher'))
+def _generator(v, model, **_):
+  return generator_distillation(
+      model, v.fedgen_alpha, v.fedgen_beta, v.fedgen_decay, v.fedgen_noise_dim, v.fedgen_hidden,
+      v.fedgen_steps, v.fedgen_lr, v.fedgen_batch or v.batch_size or 32, v.fedgen_client_batch,
+      v.fedgen_weight_decay, v.fedgen_diversity, teacher=v.fedgen_teacher)
+
+
+algorithm('fedgen', Recipe(
+    ('fedgen',), weighting_source='FedGen code, serverbase.aggregate_parameters: n_k/n over the '
+    'selected users', summary='server-side conditional generator of penultimate features, '
+    'distilled into the clients\' heads (Zhu et al. 2021, FedGen)'))

@@ -31,6 +31,9 @@ import jax.numpy as jnp
 from fedjax_drift.algorithms.distill import kd_loss, logit_mse
 from fedjax_drift.algorithms.local import cross_entropy
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.errors import UserError
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 
 class ModelBuffer(NamedTuple):
@@ -129,3 +132,35 @@ def vote_distillation(vote_lambda, buffer_size, temperature, apply_fn, x_val, y_
   return Part('fedgkd_vote', init=lambda p: _init_buffer(p, buffer_size, start),
               payload=payload,
               loss=loss, server_update=_push_new_global(buffer_size))
+
+
+# --- Registration -----------------------------------------------------------------------------
+_BUFFER = ('gkd_buffer', 'kd_temperature', 'gkd_loss', 'kd_tau2', 'gkd_buffer_start')
+
+
+@registry.registers('part', 'gkd', 'distillation from the averaged buffered global models '
+                    '(FedGKD)', reads=('gkd_gamma',) + _BUFFER)
+def _ensemble(v, **_):
+  return ensemble_distillation(v.gkd_gamma, v.gkd_buffer, v.kd_temperature, v.gkd_loss,
+                               v.kd_tau2, v.gkd_buffer_start)
+
+
+# --vote_val_size is read where the server split is carved (study.py), not here.
+@registry.registers('part', 'gkd_vote', 'per-model distillation weighted by server validation '
+                    '(FedGKD-Vote)', reads=('vote_lambda', 'vote_val_size') + _BUFFER)
+def _vote(v, model, server_data, **_):
+  if server_data is None:
+    raise UserError('FedGKD-Vote needs a server validation split (--vote_val_size)')
+  return vote_distillation(v.vote_lambda, v.gkd_buffer, v.kd_temperature, model.apply,
+                           server_data['x_val'], server_data['y_val'], v.gkd_loss, v.kd_tau2,
+                           v.gkd_buffer_start)
+
+
+_CODE = 'FedGKD paper, Alg. 1 l.14'
+algorithm('fedgkd', Recipe(('gkd',), weighting_source=_CODE,
+                           summary='distillation from the buffered global models'))
+algorithm('fedgkd_vote', Recipe(('gkd_vote',), weighting_source=_CODE,
+                                summary='per-model distillation, validation-weighted'))
+algorithm('fedgkd_plus', Recipe(('gkd',), weighting_source=_CODE,
+                                summary='FedGKD with a projection head before the output layer '
+                                '(FedGKD paper, §5.1 "FedGKD+")', projection=True))

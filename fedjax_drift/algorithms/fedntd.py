@@ -14,6 +14,8 @@ import jax.numpy as jnp
 
 from fedjax_drift.algorithms.distill import kd_loss
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import INHERITS, Recipe, algorithm
 
 
 def not_true_logits(logits, labels):
@@ -30,3 +32,13 @@ def not_true_distillation(beta, temperature, tau2=False):
     return beta * kd_loss(not_true_logits(teacher, batch.y), not_true_logits(logits, batch.y),
                           batch.mask, temperature, tau2)
   return Part('ntd', loss=loss)
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'ntd', 'not-true distillation (FedNTD)',
+                    reads=('ntd_beta', 'ntd_temperature', 'kd_tau2'))
+def _not_true(v, **_):
+  return not_true_distillation(v.ntd_beta, v.ntd_temperature, v.kd_tau2)
+
+
+algorithm('fedntd', Recipe(('ntd',), weighting_source=INHERITS, summary='not-true distillation'))

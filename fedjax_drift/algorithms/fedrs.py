@@ -4,6 +4,8 @@ logits of classes absent from the client's data are multiplied by alpha (alpha =
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import INHERITS, Recipe, algorithm
 
 
 def restricted_softmax(alpha):
@@ -12,3 +14,12 @@ def restricted_softmax(alpha):
     scale = jnp.where(ctx.label_hist > 0, 1.0, alpha)
     return z * scale
   return Part('fedrs', logits=logits)
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'rs', 'restricted softmax (FedRS)', reads=('rs_alpha',))
+def _restricted(v, **_):
+  return restricted_softmax(v.rs_alpha)
+
+
+algorithm('fedrs', Recipe(('rs',), weighting_source=INHERITS, summary='restricted softmax'))

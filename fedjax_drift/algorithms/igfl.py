@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 ATTENTIONS = ('self', 'global', 'time', 'time_rows')
 
@@ -158,3 +160,33 @@ def attention(kind='self', similarity='dot', temperature=1.0, previous_update_ke
               init_client=_zeros_like if own_state else None,
               client_final=(lambda ctx, delta: jax.tree.map(jnp.negative, delta))
               if own_state else None)
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'igfl_c', 'group-aware local steps (IGFL-C)', reads=('igfl_group',))
+def _group(v, **_):
+  return group_correction(v.igfl_group)
+
+
+def _attention_entry(kind):
+  def build(v, parts=(), **_):
+    return attention(kind, v.attention_similarity, v.attention_temperature,
+                     'igfl_c' if 'igfl_c' in parts else None)
+  registry.register('aggregator', f'attention_{kind}', f'IGFL-S attention over the cohort\'s '
+                    f'updates, query {kind}', reads=('attention_similarity',
+                                                     'attention_temperature'), build=build)
+
+
+for _kind in ATTENTIONS:
+  _attention_entry(_kind)
+
+_IGFL = 'IGFL paper, Alg. 3 l.1, l.7'
+algorithm('igfl_c', Recipe(('igfl_c',), weighting='uniform', weighting_source=_IGFL,
+                           summary='group-aware local steps'))
+# 'attention': the aggregator attention_<--attention>, so these recipes read --attention.
+algorithm('igfl_s', Recipe((), 'attention', weighting='uniform',
+                           weighting_source=_IGFL + ' (attention: §4)',
+                           summary='attention aggregation'), reads=('attention',))
+algorithm('igfl', Recipe(('igfl_c',), 'attention', weighting='uniform',
+                         weighting_source=_IGFL + ' (attention: §4)',
+                         summary='IGFL-C + IGFL-S'), reads=('attention',))

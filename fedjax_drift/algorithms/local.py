@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_drift import registry
+
 
 def masked_mean(values, mask):
   return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1.0)
@@ -101,3 +103,17 @@ def adam(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
   moments start at zero on every local run (local.train calls init each round)."""
   parts = [] if is_off(weight_decay) else [optax.add_decayed_weights(weight_decay)]
   return optax.chain(*parts, optax.adam(lr, b1=b1, b2=b2, eps=eps))
+
+
+# --- Registration -----------------------------------------------------------------------------
+# Every local optimizer reads --lr and --weight_decay, as every run does.
+@registry.registers('local_optimizer', 'sgd', 'SGD with --local_momentum and L2 --weight_decay',
+                    reads=('local_momentum',))
+def _sgd(v):
+  return sgd(v.lr, v.local_momentum, v.weight_decay)
+
+
+@registry.registers('local_optimizer', 'adam', 'Adam (--adam_b1, --adam_b2, --adam_eps), L2 '
+                    '--weight_decay', reads=('adam_b1', 'adam_b2', 'adam_eps'))
+def _adam(v):
+  return adam(v.lr, v.adam_b1, v.adam_b2, v.adam_eps, v.weight_decay)

@@ -23,6 +23,7 @@ import jax
 import optax
 
 from fedjax_drift.algorithms.parts import Part, compose
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 NAME = 'local_only'
 
@@ -58,3 +59,9 @@ def local_only(apply_fn, lr, local_optimizer, train_apply=None, clip_grad_norm=0
   return trainer._replace(client_update=client_update, server_update=server_update,
                           communication=lambda params: {'down': 0, 'up': 0},
                           needs_client_deltas=False)
+
+
+# --- Registration -----------------------------------------------------------------------------
+algorithm(NAME, Recipe(weighting_source='none: nothing is aggregated',
+                        summary='each client trains alone on its own data, no communication '
+                        '(needs --test_partition=like_train)'))

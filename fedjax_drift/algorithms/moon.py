@@ -15,6 +15,8 @@ import jax.numpy as jnp
 
 from fedjax_drift.algorithms.local import masked_mean
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 
 def _safe_norm(a, eps=1e-8):
@@ -53,3 +55,16 @@ def contrastive_term(mu, temperature, features_fn, local_features_fn=None):
   return Part('moon', loss=loss, client_final=client_final,
               init_client=lambda params: {'params': jax.tree.map(jnp.zeros_like, params),
                                           'seen': jnp.zeros((), bool)})
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'moon', 'model-contrastive term on a projection head (MOON)',
+                    reads=('moon_mu', 'moon_temperature'))
+def _contrastive(v, model, **_):
+  # BatchNorm models: the local z in training mode (batch statistics), the others frozen.
+  train_z = (lambda p, x: model.train_features(p, x)[0]) if model.has_state else None
+  return contrastive_term(v.moon_mu, v.moon_temperature, model.features, train_z)
+
+
+algorithm('moon', Recipe(('moon',), weighting_source='Li et al. 2021 (MOON), Alg. 1: |D^i|/|D|',
+                         summary='model-contrastive term on a projection head', projection=True))

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_drift import registry
 from fedjax_drift.algorithms import local
 from fedjax_drift.state import ClientResult, FederatedAlgorithm, PyTree
 
@@ -207,3 +208,7 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
   return FederatedAlgorithm(name, init, init_client, broadcast, client_update, server_update,
                             communication, needs_deltas, diagnostics)
 
+
+
+# The default aggregator: compose's own weighted mean (no part).
+registry.register('aggregator', 'mean', 'weighted mean of the updates, sum_i p_i delta_i')

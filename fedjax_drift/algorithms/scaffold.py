@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part
+from fedjax_drift import registry
+from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
 
 def control_variates():
@@ -38,3 +40,15 @@ def control_variates():
   return Part('scaffold', init=zeros, payload=lambda c, params, server: c, init_client=zeros,
               correct=correct, client_final=client_final, server_update=server_update,
               upload=lambda params: sum(int(p.size) for p in jax.tree.leaves(params)))
+
+
+# --- Registration -----------------------------------------------------------------------------
+@registry.registers('part', 'scaffold', 'control variates, option II (SCAFFOLD)')
+def _control_variates(v, **_):
+  del v
+  return control_variates()
+
+
+algorithm('scaffold', Recipe(('scaffold',), weighting='uniform',
+                             weighting_source='Karimireddy et al. 2020, Alg. 1: (1/|S|) sum',
+                             summary='control variates, option II'))

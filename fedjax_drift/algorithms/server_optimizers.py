@@ -13,6 +13,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_drift import registry
+from fedjax_drift.algorithms.local import is_off
+from fedjax_drift.algorithms.recipes import MCMAHAN, REDDI, Recipe, algorithm
+
 
 def averaging(server_lr=1.0):
   """FedAvg's server: theta <- theta - server_lr * sum p_i delta_i."""
@@ -65,3 +69,40 @@ def adaptive(kind, lr, beta1=0.9, beta2=0.99, tau=1e-3):
     return updates, AdaptiveState(m, v)
 
   return optax.GradientTransformation(init, update)
+
+
+# --- Registration -----------------------------------------------------------------------------
+# Every server optimizer reads --server_lr (and --lr, SlowMo's and FedADC's step), as every run.
+
+@registry.registers('server', 'avg', 'theta <- theta - server_lr * (weighted mean of the deltas)')
+def _avg(v):
+  return averaging(v.server_lr)
+
+
+@registry.registers('server', 'slowmo', 'SlowMo server momentum --beta (or --server_momentum, '
+                    'which replaces it)', reads=('beta',))
+def _slowmo(v):
+  beta = v.beta if is_off(v.server_momentum) else v.server_momentum
+  return slowmo(beta, v.lr, v.server_lr)
+
+
+for _kind, _reads in (('adam', ('server_beta1', 'server_beta2', 'server_tau')),
+                      ('yogi', ('server_beta1', 'server_beta2', 'server_tau')),
+                      # v <- v + g^2: no beta2 (Reddi et al., Alg. 2)
+                      ('adagrad', ('server_beta1', 'server_tau'))):
+  registry.register('server', _kind, f'adaptive server optimizer ({_kind.capitalize()}; '
+                    'Reddi et al. 2021)', reads=_reads,
+                    build=lambda v, kind=_kind: adaptive(
+                        kind, v.server_lr, v.server_beta1,
+                        v.server_beta2 if kind != 'adagrad' else 0.99, v.server_tau))
+
+algorithm('fedavg', Recipe(weighting_source=MCMAHAN,
+                           summary='local SGD, weighted mean (McMahan et al.)'))
+for _name, _summary in (('slowmo', 'server momentum --beta (SlowMo)'),
+                        ('fedavgm', 'alias of slowmo')):
+  algorithm(_name, Recipe(server='slowmo', weighting='uniform',
+                          weighting_source='FedADC paper (journal), Alg. 2 l.12',
+                          summary=_summary))
+for _kind in ('adam', 'yogi', 'adagrad'):
+  algorithm(f'fed{_kind}', Recipe(server=_kind, weighting='uniform', weighting_source=REDDI,
+                                  summary=f'adaptive server ({_kind.capitalize()})'))

@@ -11,9 +11,7 @@ import os
 import numpy as np
 
 from fedjax_drift.errors import UserError
-
-NAMES = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity', 'file:PATH',
-         'natural:COLUMN')
+from fedjax_drift import registry
 
 
 def iid(labels, num_clients, rng):
@@ -186,18 +184,9 @@ def partition(name, labels, num_clients, seed, classes_per_client=2, dirichlet_a
       raise UserError(f'--num_clients={num_clients} must be >= 1')
     if num_clients > len(labels):
       raise UserError(f'--num_clients={num_clients} exceeds the {len(labels)} training examples')
-    if name == 'iid':
-      parts = iid(labels, num_clients, rng)
-    elif name == 'shards':
-      parts = shards(labels, num_clients, rng, classes_per_client)
-    elif name == 'dirichlet':
-      parts = dirichlet(labels, num_clients, rng, dirichlet_alpha)
-    elif name == 'dirichlet_client':
-      parts = dirichlet_client(labels, num_clients, rng, dirichlet_alpha)
-    elif name == 'quantity':
-      parts = quantity(labels, num_clients, rng, dirichlet_alpha)
-    else:
-      raise UserError(f'--partition={name} is unknown; use one of {", ".join(NAMES)}')
+    entry = registry.get('partition', name)
+    values = {'classes_per_client': classes_per_client, 'dirichlet_alpha': dirichlet_alpha}
+    parts = entry.info(labels, num_clients, rng, *[values[f] for f in entry.reads])
   empty = [i for i, p in enumerate(parts) if len(p) == 0]
   if empty:
     raise UserError(f'--partition={name} leaves client(s) {empty[:5]} empty')
@@ -263,3 +252,26 @@ def server_holdout(keep, fraction, seed):
   perm = rng.permutation(len(keep))
   size = max(holdout_count(len(keep), fraction), 1)
   return np.sort(keep[perm[:size]]), np.sort(keep[perm[size:]])
+
+
+# --- Registration -----------------------------------------------------------------------------
+# info: the function (labels, num_clients, rng, *values of reads) -> parts, for the partitions
+# that split labels; study.py splits by the dataset's own ids for file:, natural: and domains.
+registry.register('partition', 'iid', 'uniformly at random', info=iid)
+registry.register('partition', 'shards', 'sort-and-partition: --classes_per_client single-label '
+                  'shards per client', reads=('classes_per_client',), info=shards)
+registry.register('partition', 'dirichlet', 'per-class Dirichlet(--dirichlet_alpha) allocation',
+                  reads=('dirichlet_alpha',), info=dirichlet)
+registry.register('partition', 'dirichlet_client', 'a Dirichlet class mixture per client (Hsu '
+                  'et al.)', reads=('dirichlet_alpha',), info=dirichlet_client)
+registry.register('partition', 'quantity', 'Dirichlet client sizes, IID labels',
+                  reads=('dirichlet_alpha',), info=quantity)
+registry.register('partition', 'domains', 'each domain\'s examples to its own clients (any '
+                  'dataset with domain ids: digits5, domainnet, digits_domains, npz with '
+                  'd_train/d_test); N >= domains')
+registry.register('partition', 'file:', 'file:PATH, a JSON list of per-client index lists',
+                  prefix=True)
+registry.register('partition', 'natural:', 'natural:COLUMN, one client per id of the '
+                  'dataset\'s group column (e.g. writer); --num_clients picks a seeded subset',
+                  prefix=True)
+NAMES = registry.names('partition')

@@ -25,8 +25,15 @@ import numpy as np
 
 from fedjax_drift.data.federated import to_float
 from fedjax_drift.errors import UserError
+from fedjax_drift import registry
 
-AUGMENTATIONS = ('none', 'crop_flip', 'flip_rotate')
+# Augmentations are data: the Pipeline carries the kind and its values into the step.
+registry.register('augment', 'none', 'no augmentation')
+registry.register('augment', 'crop_flip', 'random crop with --augment_pad zero padding + '
+                  'horizontal flip (CIFAR)', reads=('augment_pad',))
+registry.register('augment', 'flip_rotate', 'horizontal flip + rotation within '
+                  '+-(--augment_degrees) (FedBN DomainNet)', reads=('augment_degrees',))
+AUGMENTATIONS = registry.names('augment')
 NORMALIZATIONS = ('none', 'per_channel')
 _STEP_TAG = 0xA06  # fold_in tag separating the per-step keys from the batch-shuffle seed
 

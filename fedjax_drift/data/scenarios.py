@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-NAMES = ('static', 'concept_shift', 'longtail_stateless')
+from fedjax_drift import registry
 
 
 class Scenario(NamedTuple):
@@ -159,10 +159,10 @@ def longtail_stateless(y_train, num_classes, fraction=0.1, ratio=0.01):
 
 
 def from_config(config, dataset):
-  """The scenario a run's flags ask for, over its training labels."""
-  return get(config.scenario, dataset.num_classes, dataset.y_train, config.concept_shift_prob,
-             config.client_fraction, config.imbalance_ratio, config.concept_shift_kind,
-             config.concept_shift_count, config.rounds)
+  """The scenario a run's flags ask for, over its training labels (the registered entry
+  built from the fields it declares)."""
+  return registry.build('scenario', config.scenario, config, num_classes=dataset.num_classes,
+                        y_train=dataset.y_train)
 
 
 def get(name, num_classes, y_train, concept_shift_prob=0.05, fraction=0.1, ratio=0.01,
@@ -175,3 +175,27 @@ def get(name, num_classes, y_train, concept_shift_prob=0.05, fraction=0.1, ratio
   if name == 'longtail_stateless':
     return longtail_stateless(y_train, num_classes, fraction, ratio)
   raise ValueError(name)
+
+
+# --- Registration -----------------------------------------------------------------------------
+registry.register('scenario', 'static', 'the partition\'s clients, labels as given',
+                  build=lambda v, **_: static())
+
+
+@registry.registers('scenario', 'concept_shift', 'each class is remapped to another label with '
+                    '--concept_shift_prob before each round',
+                    reads=('concept_shift_prob', 'concept_shift_kind', 'concept_shift_count'))
+def _concept_shift(v, num_classes, **_):
+  prob = 0.05 if v.concept_shift_count else v.concept_shift_prob  # an exact count replaces it
+  return concept_shift(num_classes, prob, v.concept_shift_kind, v.concept_shift_count,
+                       v.rounds)
+
+
+@registry.registers('scenario', 'longtail_stateless', 'every selected client is a fresh '
+                    'long-tailed sample; none returns', reads=('imbalance_ratio',
+                                                               'client_fraction'))
+def _longtail(v, num_classes, y_train, **_):
+  return longtail_stateless(y_train, num_classes, v.client_fraction, v.imbalance_ratio)
+
+
+NAMES = registry.names('scenario')

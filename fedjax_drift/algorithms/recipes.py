@@ -1,0 +1,37 @@
+"""What an --algo name stands for: a Recipe, registered by the file of its paper's family.
+
+A recipe is data: its local parts (registry kind 'part'), an aggregator ('aggregator'; the
+word 'attention' means the IGFL query of --attention), a server optimizer ('server'), a local
+optimizer ('local_optimizer'; '' = --local_optimizer), and the paper's aggregation weighting
+(used when --weighting=auto) with where the paper sets it.
+"""
+from typing import NamedTuple
+
+from fedjax_drift import registry
+
+
+class Recipe(NamedTuple):
+  parts: tuple = ()
+  aggregator: str = 'mean'
+  server: str = 'avg'          # a registry 'server' entry
+  weighting: str = 'examples'  # the paper's p_i: examples (n_i / n) or uniform (1/|S|)
+  weighting_source: str = ''   # where the paper sets p_i
+  summary: str = ''
+  projection: bool = False     # the model gets a projection head before its output layer
+  local_optimizer: str = ''    # a registry 'local_optimizer' entry; '' = --local_optimizer
+
+
+MCMAHAN = 'McMahan et al. 2017, FedAvg: n_k/n'
+INHERITS = 'inherits FedAvg\'s n_k/n averaging'  # the baselines, as the papers compare them
+REDDI = 'Reddi et al. 2021, Alg. 2: (1/|S|) sum'
+
+
+def algorithm(name, recipe: Recipe, reads=()):
+  """Registers --algo=name as `recipe`; `reads`: fields the recipe itself reads (IGFL's
+  --attention, the query of its 'attention' aggregator)."""
+  registry.register('algorithm', name, recipe.summary, reads=reads, info=recipe)
+
+
+def get(name) -> Recipe:
+  """The registered recipe of --algo=name (a one-line UserError naming --algo otherwise)."""
+  return registry.get('algorithm', name).info
