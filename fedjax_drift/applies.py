@@ -2,8 +2,8 @@
 
 Every registered choice (fedjax_drift/registry.py) declares the fields it reads when it is
 chosen: the algorithm and its local parts, aggregator, server and local optimizer, and the
-partition, scenario, augmentation, schedule and personalisation. The dataset loaders' options
-(DATASET_READS) and the options that only matter while another flag is set (WHEN_SET) are
+dataset (its loader's options), partition, scenario, augmentation, schedule and
+personalisation. The options that only matter while another flag is set (WHEN_SET) are
 declared here. A field that no entry declares (--lr, --server_lr, --weight_decay, --rounds,
 ...) is read by every run and never checked.
 
@@ -17,24 +17,13 @@ import dataclasses
 
 # Importing the modules that register choices fills the registry before DECLARED is taken.
 from fedjax_drift import algorithms, personalize, registry, schedules
-from fedjax_drift.data import partitions, pipeline, scenarios  # pylint: disable=unused-import
+# pylint: disable-next=unused-import
+from fedjax_drift.data import partitions, pipeline, scenarios, sources
 from fedjax_drift.errors import UserError
 
 # The choices a plain flag selects, in the order _what names them.
 CHOICE_KINDS = ('scenario', 'partition', 'augment', 'personalize', 'lr_schedule',
                 'personalize_term')
-
-# --dataset -> the loader options only its loader reads (data/sources.py LOAD_OPTIONS). A key
-# ending in ':' matches that prefix (hf:NAME), 'emnist' also emnist_SPLIT.
-DATASET_READS = {
-    'hf:': ('hf_image_column', 'hf_label_column', 'hf_train_split', 'hf_test_split'),
-    'cifar100': ('cifar100_labels',),
-    'emnist': ('emnist_split',),
-    'digits5': ('digits5_parts',),
-    # Text (data/text.py); tfds: may be text (tfds:ag_news_subset), so it counts as reading them.
-    **{key: ('tokenizer', 'vocab_size', 'max_seq_len') for key in ('ag_news', 'sst5', 'text:',
-                                                                   'tfds:')},
-}
 
 # flag -> (fields read only while it is set, fields it replaces and leaves unread).
 WHEN_SET = {
@@ -44,7 +33,6 @@ WHEN_SET = {
 }
 
 DECLARED = (registry.declared() | frozenset(algorithms.PROJECTION_READS)
-            | {f for fields in DATASET_READS.values() for f in fields}
             | {f for pair in WHEN_SET.values() for fields in pair for f in fields})
 
 
@@ -83,20 +71,13 @@ def reads(config) -> set:
     out.add('val_source')
   if config.concept_shift_count:  # an exact count of shifts replaces the per-round chance
     out.discard('concept_shift_prob')
-  for key, fields in DATASET_READS.items():
-    if _is_dataset(config.dataset, key):
-      out.update(fields)
+  dataset = registry.find('dataset', config.dataset)  # its loader's own options
+  if dataset is not None:
+    out.update(dataset.reads)
   for field, fallback in registry.FALLBACKS.items():
     if field in out and getattr(config, field) < 0:
       out.add(fallback)
   return out
-
-
-def _is_dataset(dataset, key):
-  """Whether --dataset=dataset is DATASET_READS's `key`."""
-  if key.endswith(':'):
-    return dataset.startswith(key)
-  return dataset == key or (key == 'emnist' and dataset.startswith('emnist_'))
 
 
 def unread(config) -> set:
@@ -112,7 +93,7 @@ def _what(config, field):
   for kind in CHOICE_KINDS[:-1]:  # a calibration term's fields are the algorithms' too
     if any(field in e.reads for e in registry.entries(kind).values()):
       return f'--{registry.KINDS[kind][0]}={_flag_value(config, kind)}'
-  if any(field in fields for fields in DATASET_READS.values()):
+  if any(field in e.reads for e in registry.entries('dataset').values()):
     return f'--dataset={config.dataset}'
   for flag, (when_set, replaced) in WHEN_SET.items():
     if field in when_set + replaced:
