@@ -48,7 +48,7 @@ sys.path.insert(0, ROOT)
 
 import fedjax_drift  # noqa: E402
 from fedjax_drift import report, tables  # noqa: E402,F401
-from fedjax_drift.config import PARTITIONS, grid_points, parse_grid  # noqa: E402,F401
+from fedjax_drift.config import grid_points, parse_grid  # noqa: E402,F401
 # The library's names, re-exported: tests and experiments/collect_results.py use them as
 # `presets.NAME` after `import presets`.
 from presetlib.documents import (  # noqa: E402,F401

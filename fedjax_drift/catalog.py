@@ -1,7 +1,6 @@
 """The valid values of the main flags, with one line each (`experiments/run.py --list`)."""
-from fedjax_drift import algorithms
-from fedjax_drift.config import PARTITIONS
-from fedjax_drift.data import scenarios, sources
+from fedjax_drift import algorithms, registry  # pylint: disable=unused-import
+from fedjax_drift.data import partitions, scenarios, sources  # pylint: disable=unused-import
 from fedjax_drift.models.zoo import MODELS
 
 MODEL_SUMMARIES = {  # models built by a function rather than a documented class
@@ -13,26 +12,6 @@ MODEL_SUMMARIES = {  # models built by a function rather than a documented class
     'cnn_mcmahan_cifar': 'McMahan et al.\'s (2017) CIFAR-10 CNN from the TensorFlow tutorial '
                          '(IGFL)',
 }
-PARTITION_SUMMARIES = {
-    'iid': 'uniformly at random',
-    'shards': 'sort-and-partition: --classes_per_client single-label shards per client',
-    'dirichlet': 'per-class Dirichlet(--dirichlet_alpha) allocation',
-    'dirichlet_client': 'a Dirichlet class mixture per client (Hsu et al.)',
-    'quantity': 'Dirichlet client sizes, IID labels',
-    'domains': 'each domain\'s examples to its own clients (any dataset with domain ids: '
-               'digits5, domainnet, digits_domains, npz with d_train/d_test); N >= domains',
-    'file:PATH': 'a JSON list of per-client index lists',
-    'natural:COLUMN': 'one client per id of the dataset\'s group column (e.g. writer); '
-                      '--num_clients picks a seeded subset',
-}
-SCENARIO_SUMMARIES = {
-    'static': 'the partition\'s clients, labels as given',
-    'concept_shift': 'each class is remapped to another label with --concept_shift_prob '
-                     'before each round',
-    'longtail_stateless': 'every selected client is a fresh long-tailed sample; none returns',
-}
-
-
 def _model_summary(name):
   """The first line of the model class's docstring, or MODEL_SUMMARIES[name]."""
   if name in MODEL_SUMMARIES:
@@ -42,15 +21,27 @@ def _model_summary(name):
   return sentence if len(sentence) <= 90 else sentence[:87] + '...'
 
 
+def _registered(kind):
+  """{shown name: summary} of a registry kind; a prefix entry shows its summary's first word
+  (file:PATH) and the rest of the summary after the comma."""
+  out = {}
+  for name, entry in registry.entries(kind).items():
+    if entry.prefix:
+      shown, _, summary = entry.summary.partition(', ')
+      out[shown] = summary
+    else:
+      out[name] = entry.summary
+  return out
+
+
 def sections():
   """[(title, flag, {value: one-line summary})] for algorithms, models, datasets, ..."""
   return [
-      ('algorithms', 'algo', {n: r.summary for n, r in algorithms.RECIPES.items()}),
+      ('algorithms', 'algo', _registered('algorithm')),
       ('models', 'model', {n: _model_summary(n) for n in MODELS}),
       ('datasets', 'dataset', dict(sources.DATASETS)),
-      ('partitions', 'partition', {n: PARTITION_SUMMARIES.get(n, '')
-                                   for n in PARTITIONS + ('file:PATH', 'natural:COLUMN')}),
-      ('scenarios', 'scenario', {n: SCENARIO_SUMMARIES.get(n, '') for n in scenarios.NAMES}),
+      ('partitions', 'partition', _registered('partition')),
+      ('scenarios', 'scenario', _registered('scenario')),
   ]
 
 

@@ -23,11 +23,11 @@ import math
 import os
 from typing import Optional
 
+from fedjax_drift import registry
 from fedjax_drift.bounds import (ABOVE_0, AT_LEAST_0, AT_LEAST_1, NONNEG, POSITIVE, UNIT,
                                  UNIT_EXCL_0, UNIT_EXCL_1, Bounds)
 from fedjax_drift.errors import UserError, did_you_mean
 
-PARTITIONS = ('iid', 'shards', 'dirichlet', 'dirichlet_client', 'quantity', 'domains')
 
 
 # The --help sections, in order; every field's metadata names one.
@@ -131,7 +131,7 @@ class Config:
                            'labels to cover every class', ('uniform', 'cover_classes'),
                            group='server')
   scenario: str = _f('static', 'how clients and labels change over rounds',
-                     ('static', 'concept_shift', 'longtail_stateless'), group='data')
+                     registry.Choices('scenario'), group='data')
   concept_shift_prob: float = _f(0.05, 'concept_shift: probability, before each round, that one '
                                  'class chosen at random gets a new label (FedFOR §4.4)',
                                  group='data', bounds=UNIT)
@@ -166,7 +166,7 @@ class Config:
                         'round index inside the compiled round (optax; fedjax_drift/'
                         'schedules.py): step = lr * lr_decay^floor(t / lr_step_rounds), '
                         'exponential = lr * lr_decay^t, cosine = from lr down to lr * lr_min '
-                        'over --rounds', ('constant', 'step', 'exponential', 'cosine'),
+                        'over --rounds', registry.Choices('lr_schedule'),
                         group='local training')
   lr_decay: float = _f(0.0, '--lr_schedule=step|exponential: the factor d in (0, 1] (e.g. 0.1 '
                        'every --lr_step_rounds, or 0.998 per round); 0 = not given',
@@ -183,7 +183,7 @@ class Config:
   # The training pipeline (data/pipeline.py); every default leaves it as it was before.
   local_optimizer: str = _f('sgd', 'local optimizer (state reset every round); adam takes '
                             '--lr, --adam_b1, --adam_b2, --adam_eps and --weight_decay as L2',
-                            ('sgd', 'adam'), group='local training')
+                            registry.Choices('local_optimizer'), group='local training')
   adam_b1: float = _f(0.9, '--local_optimizer=adam: first-moment decay',
                       group='local training', bounds=UNIT_EXCL_1)
   adam_b2: float = _f(0.999, '--local_optimizer=adam: second-moment decay',
@@ -197,7 +197,7 @@ class Config:
   augment: str = _f('none', 'training-batch augmentation: crop_flip = random crop with '
                     '--augment_pad zero padding + horizontal flip (CIFAR); flip_rotate = '
                     'horizontal flip + rotation within +-(--augment_degrees) (FedBN DomainNet)',
-                    ('none', 'crop_flip', 'flip_rotate'), group='local training')
+                    registry.Choices('augment'), group='local training')
   augment_pad: int = _f(4, '--augment=crop_flip: zero padding on each side',
                         group='local training', bounds=AT_LEAST_0)
   augment_degrees: float = _f(30.0, '--augment=flip_rotate: largest rotation in degrees',
@@ -335,10 +335,10 @@ class Config:
                        'attention_time, attention_time_rows', group='algorithm')
   # Personalisation after training (FedADC §IV-D).
   personalize: str = _f('none', 'calibrate: each client fine-tunes the last layer on its data',
-                        ('none', 'calibrate'), group='algorithm')
+                        registry.Choices('personalize'), group='algorithm')
   personalize_epochs: int = _f(2, 'local epochs of classifier calibration',
                                group='algorithm', bounds=AT_LEAST_1)
-  personalize_term: str = _f('none', 'extra calibration term', ('none', 'prox', 'self_kd'),
+  personalize_term: str = _f('none', 'extra calibration term', registry.Choices('personalize_term'),
                              group='algorithm')
   # Execution.
   seed: int = _f(0, 'run seed: partition, init, cohorts and batches derive from it', group='run')
@@ -506,11 +506,11 @@ class Config:
 
   def _validate_partition(self):
     """--partition: a known name, file:PATH or natural:COLUMN; shards needs labels."""
-    if not (self.partition in PARTITIONS or self.partition.startswith('file:')
-            or self.partition.startswith('natural:')):
+    if registry.find('partition', self.partition) is None:
+      named = [n for n, e in registry.entries('partition').items() if not e.prefix]
       raise UserError(f'--partition={self.partition} is unknown; use one of '
-                      f'{", ".join(PARTITIONS)}, file:PATH or natural:COLUMN'
-                      f'{did_you_mean(self.partition, PARTITIONS)}')
+                      f'{", ".join(named)}, file:PATH or natural:COLUMN'
+                      f'{did_you_mean(self.partition, named)}')
     if self.partition == 'natural:':
       raise UserError('--partition=natural: needs a group column, e.g. natural:writer')
     if self.partition == 'shards' and self.classes_per_client < 1:

@@ -14,6 +14,7 @@ recording Config and holds each declaration to what it read).
 
 This module is the bottom of the package: it imports nothing of the project but errors.
 """
+import collections.abc
 import dataclasses
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -86,9 +87,34 @@ def entries(kind) -> dict:
   return dict(_ENTRIES[kind])
 
 
-def names(kind) -> tuple:
-  """The registered names of one kind ('file:' for a prefix entry), in registration order."""
-  return tuple(_ENTRIES[kind])
+# An entry's info that marks it internal: a recipe chooses it, its flag does not offer it.
+INTERNAL = 'internal'
+
+
+def names(kind, selectable=False) -> tuple:
+  """The registered names of one kind ('file:' for a prefix entry), in registration order;
+  selectable=True leaves out the INTERNAL entries (those only a recipe chooses)."""
+  return tuple(n for n, e in _ENTRIES[kind].items() if not (selectable and e.info == INTERNAL))
+
+
+class Choices(collections.abc.Sequence):
+  """The selectable names of one kind, read when used: a Config field's choices, which stay
+  current as modules register entries after config.py is imported."""
+
+  def __init__(self, kind):
+    self.kind = kind
+
+  def _names(self):
+    return names(self.kind, selectable=True)
+
+  def __getitem__(self, i):
+    return self._names()[i]
+
+  def __len__(self):
+    return len(self._names())
+
+  def __repr__(self):
+    return f'registry.Choices({self.kind!r})'
 
 
 def find(kind, value) -> Optional[Entry]:

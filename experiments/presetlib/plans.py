@@ -7,7 +7,7 @@ import dataclasses
 
 import fedjax_drift
 from fedjax_drift import algorithms
-from fedjax_drift.config import PARTITIONS
+from fedjax_drift import registry
 from fedjax_drift.data import sources
 from fedjax_drift.models import zoo
 from presetlib.loading import PRESETS
@@ -42,7 +42,7 @@ def missing(values):
     if choices and val not in choices:
       out.append(f'--{k}={val}')
   part = values.get('partition', 'iid')
-  if part not in PARTITIONS and not part.startswith('file:'):
+  if registry.find('partition', part) is None or part.startswith('natural:'):
     out.append(f'--partition={part}')
   if not _dataset_known(values.get('dataset', 'embedded')):
     out.append(f'dataset {values["dataset"]}')

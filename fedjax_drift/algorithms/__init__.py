@@ -13,23 +13,22 @@ optimizer and --server_momentum puts SlowMo momentum on an averaging server.
 import dataclasses
 
 from fedjax_drift import registry
-from fedjax_drift.errors import UserError, did_you_mean
+from fedjax_drift.errors import UserError
 from fedjax_drift.algorithms import parts as _parts  # registers the 'mean' aggregator
 # The families, in --list order; importing each registers its recipes and parts.
 from fedjax_drift.algorithms import (server_optimizers, local, fedadc, fedfor, fedgkd,
                                      feddistill, fedgen, igfl, fedprox, scaffold, feddyn,
                                      fedcurv, fedntd, fedrs, moon, fedbn, local_only)
 from fedjax_drift.algorithms.parts import compose
+from fedjax_drift.algorithms import recipes
 from fedjax_drift.algorithms.recipes import Recipe
 
 RECIPES = {name: e.info for name, e in registry.entries('algorithm').items()}
 NAMES = tuple(RECIPES)
 LOCAL_TERMS = registry.names('part')
 AGGREGATORS = registry.names('aggregator')
-SERVER_OPTIMIZERS = tuple(n for n in registry.names('server')
-                          if n not in fedadc.INTERNAL['server'])
-LOCAL_OPTIMIZERS = tuple(n for n in registry.names('local_optimizer')
-                         if n not in fedadc.INTERNAL['local_optimizer'])
+SERVER_OPTIMIZERS = registry.names('server', selectable=True)
+LOCAL_OPTIMIZERS = registry.names('local_optimizer', selectable=True)
 # The projection head (MOON, FedGKD+) is part of the model: these fields size it.
 PROJECTION_READS = ('moon_projection_dim', 'projection_hidden')
 
@@ -40,34 +39,29 @@ def _split(text):
 
 def recipe(config) -> Recipe:
   """The recipe for config.algo with the composition flags applied; validates them."""
-  if config.algo not in RECIPES:
-    raise UserError(f'--algo={config.algo} is unknown; use one of {", ".join(NAMES)}'
-                    f'{did_you_mean(config.algo, NAMES)}')
-  base = RECIPES[config.algo]
+  base = recipes.get(config.algo)
   extra = _split(config.local_terms)
   for t in extra:
-    if t not in LOCAL_TERMS:
+    if registry.find('part', t) is None:
       raise UserError(f'--local_terms: {t!r} is unknown; use a comma list of '
-                      f'{", ".join(LOCAL_TERMS)}')
+                      f'{", ".join(registry.names("part"))}')
   parts = tuple(dict.fromkeys(base.parts + tuple(extra)))
   aggregator = base.aggregator
   if aggregator == 'attention':
     aggregator = f'attention_{config.attention}'
   if config.aggregator:
-    if config.aggregator not in AGGREGATORS:
-      raise UserError(f'--aggregator={config.aggregator} is unknown; use one of '
-                      f'{", ".join(AGGREGATORS)}')
+    registry.get('aggregator', config.aggregator)  # a one-line error naming the choices
     aggregator = config.aggregator
   server = base.server
   if 'fedadc' in parts:
     if config.server_optimizer or config.server_momentum:
       raise UserError('--server_optimizer/--server_momentum do not combine with FedADC, whose '
                       'server momentum is part of the method (--beta_global)')
-    server = base.server if base.server in fedadc.INTERNAL['server'] else 'fedadc'
+    server = base.server if base.server in fedadc.SERVERS else 'fedadc'
   if config.server_optimizer:
-    if config.server_optimizer not in SERVER_OPTIMIZERS:
+    if config.server_optimizer not in registry.names('server', selectable=True):
       raise UserError(f'--server_optimizer={config.server_optimizer} is unknown; use one of '
-                      f'{", ".join(SERVER_OPTIMIZERS)}')
+                      f'{", ".join(registry.names("server", selectable=True))}')
     server = config.server_optimizer
   if config.algo == local_only.NAME:
     given = [f for f in ('local_terms', 'aggregator', 'server_optimizer', 'server_momentum')
@@ -132,7 +126,7 @@ def get(name, config, model, server_data=None):
 def local_optimizer_name(config) -> str:
   """The registered local optimizer the run uses: its recipe's own (fedadc_dm), else
   --local_optimizer."""
-  return RECIPES[config.algo].local_optimizer or config.local_optimizer
+  return recipes.get(config.algo).local_optimizer or config.local_optimizer
 
 
 def local_optimizer(config):

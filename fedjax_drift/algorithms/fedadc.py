@@ -132,25 +132,27 @@ def _self_kd(v, **_):
 
 
 @registry.registers('server', 'fedadc', 'FedADC server momentum (Alg. 3): m_{t+1} = beta_global '
-                    'm_t + Delta_bar', reads=('beta_local', 'beta_global'))
+                    'm_t + Delta_bar', reads=('beta_local', 'beta_global'),
+                    info=registry.INTERNAL)
 def _server(v):
   return server_momentum(v.beta_local, v.beta_global, v.lr, v.server_lr)
 
 
 @registry.registers('server', 'fedadc_dm', 'FedADC with double momentum (Alg. 4): m_{t+1} = '
-                    'Delta_bar, beta_global = beta_local', reads=('beta_local',))
+                    'Delta_bar, beta_global = beta_local', reads=('beta_local',),
+                    info=registry.INTERNAL)
 def _server_dm(v):
   return server_momentum(v.beta_local, v.beta_local, v.lr, v.server_lr)
 
 
 @registry.registers('local_optimizer', 'fedadc_dm', 'FedADC\'s local double momentum (Alg. 4); '
-                    'replaces --local_optimizer', reads=('phi',))
+                    'replaces --local_optimizer', reads=('phi',), info=registry.INTERNAL)
 def _double_momentum(v):
   return double_momentum_optimizer(v.lr, v.phi, v.weight_decay)
 
 
-# Internal: chosen by a recipe, never by --server_optimizer / --local_optimizer.
-INTERNAL = {'server': ('fedadc', 'fedadc_dm'), 'local_optimizer': ('fedadc_dm',)}
+# The servers FedADC's recipes choose (--server_optimizer does not offer them).
+SERVERS = ('fedadc', 'fedadc_dm')
 _JOURNAL = 'FedADC paper (journal), '
 algorithm('fedadc', Recipe(('fedadc',), server='fedadc', weighting='uniform',
                            weighting_source=_JOURNAL + 'Alg. 3 l.16',

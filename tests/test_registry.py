@@ -1,0 +1,125 @@
+"""The registry (fedjax_drift/registry.py): every entry's declaration holds to what its code reads.
+
+Each entry with a build is built through a Config that records the fields read. The fields it
+reads beyond those every run reads (no entry declares them) must be exactly its declared
+`reads` (with a declared FALLBACKS field, its fallback too): a build that reads an undeclared
+field fails (registry.Values refuses it), and a declaration that names a field its build never
+reads fails here, unless that field is read elsewhere for the entry (READ_ELSEWHERE).
+"""
+import dataclasses
+import inspect
+
+import numpy as np
+import pytest
+
+import fedjax_drift
+from fedjax_drift import algorithms, applies, catalog, models, registry
+from fedjax_drift.config import Config
+from fedjax_drift.data import partitions
+
+# (kind, name) -> declared fields that another module reads for the entry.
+READ_ELSEWHERE = {
+    ('part', 'gkd_vote'): {'vote_val_size'},  # study.py carves the server split of that size
+}
+
+
+class _Recording:
+  """A Config that records which fields are read."""
+
+  def __init__(self, config):
+    object.__setattr__(self, '_config', config)
+    object.__setattr__(self, 'read', set())
+
+  def __getattr__(self, name):
+    self.read.add(name)
+    return getattr(self._config, name)
+
+
+def _model():
+  # A BatchNorm MLP with a projection head serves every part (FedBN's norms, MOON's features).
+  return models.get('mlp_bn', 10, (28, 28, 1), projection_dim=8)
+
+
+def _context(kind):
+  if kind == 'part':
+    x_val = np.zeros((4, 28, 28, 1), np.float32)
+    return dict(model=_model(), server_data={'x_val': x_val, 'y_val': np.zeros(4, np.int32)},
+                parts=('igfl_c',))
+  if kind == 'aggregator':
+    return dict(parts=('igfl_c',))
+  if kind == 'scenario':
+    return dict(num_classes=10, y_train=np.arange(100) % 10)
+  return {}
+
+
+BUILT = [(kind, name) for kind in registry.KINDS for name, e in registry.entries(kind).items()
+         if e.build is not None]
+
+
+@pytest.mark.parametrize('kind,name', BUILT, ids=[f'{k}:{n}' for k, n in BUILT])
+def test_each_build_reads_exactly_what_it_declares(kind, name):
+  entry = registry.get(kind, name)
+  recording = _Recording(Config())
+  registry.build(kind, name, recording, **_context(kind))
+  common = registry.field_names(Config) - registry.declared()
+  fallbacks = {registry.FALLBACKS[f] for f in entry.reads if f in registry.FALLBACKS}
+  read = recording.read - common - fallbacks
+  assert read == set(entry.reads) - READ_ELSEWHERE.get((kind, name), set())
+
+
+def test_an_undeclared_read_is_refused():
+  entry = registry.Entry('part', 'probe', 'reads prox_mu without declaring it')
+  with pytest.raises(AttributeError, match='does not declare'):
+    registry.Values(entry, Config()).prox_mu  # pylint: disable=expression-not-assigned
+
+
+def test_every_declared_field_is_a_config_field_and_every_entry_has_a_summary():
+  fields = registry.field_names(Config)
+  for kind in registry.KINDS:
+    for name, entry in registry.entries(kind).items():
+      assert set(entry.reads) <= fields, (kind, name)
+      assert entry.summary and '\n' not in entry.summary, (kind, name)
+
+
+def test_partition_functions_take_one_value_per_declared_field():
+  """partitions.partition hands each label partition the values of its `reads`, in order."""
+  for name, entry in registry.entries('partition').items():
+    if entry.info is not None:
+      params = inspect.signature(entry.info).parameters.values()
+      required = [p for p in params if p.default is inspect.Parameter.empty][3:]
+      assert len(required) == len(entry.reads), name
+
+
+def test_lists_derive_from_the_registry():
+  assert algorithms.NAMES == registry.names('algorithm')
+  assert algorithms.LOCAL_TERMS == registry.names('part')
+  assert set(algorithms.SERVER_OPTIMIZERS) == set(registry.names('server', selectable=True))
+  assert 'fedadc' not in algorithms.SERVER_OPTIMIZERS  # a recipe's, not a flag's
+  assert partitions.NAMES == registry.names('partition')
+  assert tuple(catalog.values('algo')) == registry.names('algorithm')
+  fields = {f.name: f for f in dataclasses.fields(Config)}
+  for kind in ('scenario', 'augment', 'lr_schedule', 'personalize', 'personalize_term',
+               'local_optimizer'):
+    flag = registry.KINDS[kind][0]
+    assert tuple(fields[flag].metadata['choices']) == registry.names(kind, selectable=True)
+
+
+def test_a_registered_part_is_usable_at_once():
+  """A new part registers in one place; the flags, checks and builder see it."""
+  name = 'test_registry_probe'
+  registry.register('part', name, 'a probe term that adds nothing', reads=('prox_mu',),
+                    build=lambda v, **_: algorithms.fedprox.proximal_term(0.0 * v.prox_mu))
+  try:
+    # The lists were taken at import; recipe() reads the registry itself.
+    config = Config(local_terms=name, prox_mu=0.5)
+    assert name in algorithms.recipe(config).parts
+    assert 'prox_mu' in applies.reads(config)
+    assert applies.unread_flags(config) == []
+  finally:
+    registry._ENTRIES['part'].pop(name)  # pylint: disable=protected-access
+    registry._DECLARED.clear()  # pylint: disable=protected-access
+
+
+def test_unknown_choice_names_the_flag():
+  with pytest.raises(fedjax_drift.UserError, match=r'^--scenario=statc is unknown.*static'):
+    registry.get('scenario', 'statc')
