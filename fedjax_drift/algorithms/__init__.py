@@ -86,7 +86,8 @@ def weighting_source(config) -> str:
   """Where the weighting of `weighting(config)` comes from, for the run summary."""
   if config.weighting != 'auto':
     return f'--weighting={config.weighting} (set by flag)'
-  return RECIPES[config.algo].weighting_source if config.algo in RECIPES else ''
+  entry = registry.find('algorithm', config.algo)
+  return entry.info.weighting_source if entry is not None else ''
 
 
 def projection_dim(config):
