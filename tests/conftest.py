@@ -1,3 +1,14 @@
+"""Shared fixtures, and a map of where things live in tests/.
+
+- Numpy references of the update rules (FedAvg, the papers' equations on tiny problems):
+  tests/reference.py, used by test_algorithms.py, test_fedavg.py, test_baselines.py and the
+  family tests (test_fedgen.py, test_feddistill.py, ...); docs/new_method.md shows the pattern.
+- Dataset files in their publishers' exact layouts: tests/layouts.py (one writer per format,
+  returning what a reader must give back) and tests/fixtures.py (synthetic downloads for
+  `fedjax-drift-data import`); the tiny learnable npz problem is make_npz below.
+- Experiments on the tiny problem and batch replay: tests/helpers.py.
+- The registry's declarations against what each entry's build reads: test_registry.py.
+"""
 import json
 import os
 import sys
