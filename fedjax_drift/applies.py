@@ -100,7 +100,7 @@ def _what(config, field):
       return f'--{flag}={getattr(config, flag)!r}' if field in replaced else f'--{flag} unset'
   optimizers = [registry.get('local_optimizer', n) for n in algorithms.LOCAL_OPTIMIZERS]
   if any(field in e.reads for e in optimizers) and \
-      not algorithms.recipes.get(config.algo).local_optimizer:
+      algorithms.local_optimizer_name(config) == config.local_optimizer:
     return f'--local_optimizer={config.local_optimizer}'
   extra = [f'--{k}={getattr(config, k)}' for k in ('local_terms', 'aggregator',
                                                     'server_optimizer', 'server_momentum')

@@ -14,12 +14,11 @@ import dataclasses
 
 from fedjax_drift import registry
 from fedjax_drift.errors import UserError
-from fedjax_drift.algorithms import parts as _parts  # registers the 'mean' aggregator
 # The families, in --list order; importing each registers its recipes and parts.
 from fedjax_drift.algorithms import (server_optimizers, local, fedadc, fedfor, fedgkd,
                                      feddistill, fedgen, igfl, fedprox, scaffold, feddyn,
                                      fedcurv, fedntd, fedrs, moon, fedbn, local_only)
-from fedjax_drift.algorithms.parts import compose
+from fedjax_drift.algorithms.parts import compose  # parts registers the 'mean' aggregator
 from fedjax_drift.algorithms import recipes
 from fedjax_drift.algorithms.recipes import Recipe
 
@@ -108,14 +107,13 @@ def get(name, config, model, server_data=None):
   r = recipe(config)
   context = dict(model=model, server_data=server_data, parts=r.parts)
   parts = [registry.build('part', p, config, **context) for p in r.parts]
-  aggregator = registry.build('aggregator', r.aggregator, config, **context) \
-      if registry.get('aggregator', r.aggregator).build else None
-  if aggregator is not None:
+  aggregator = registry.build('aggregator', r.aggregator, config, **context)
+  if aggregator is not None:  # None: compose's own weighted mean
     parts.append(aggregator)
   # The training-mode forward only where it differs from apply: BatchNorm, dropout.
   train_apply = (model.train_apply if model.has_state or getattr(model, 'has_dropout', False)
                  else None)
-  optimizer = registry.build('local_optimizer', local_optimizer_name(config), config)
+  optimizer = local_optimizer(config)
   if name == local_only.NAME:
     return local_only.local_only(model.apply, config.lr, optimizer, train_apply,
                                  config.clip_grad_norm)

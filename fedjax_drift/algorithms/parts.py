@@ -210,5 +210,6 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
 
 
 
-# The default aggregator: compose's own weighted mean (no part).
-registry.register('aggregator', 'mean', 'weighted mean of the updates, sum_i p_i delta_i')
+# The default aggregator: compose's own weighted mean, so it builds no part.
+registry.register('aggregator', 'mean', 'weighted mean of the updates, sum_i p_i delta_i',
+                  build=lambda v, **_: None)

@@ -186,9 +186,9 @@ registry.register('scenario', 'static', 'the partition\'s clients, labels as giv
                     '--concept_shift_prob before each round',
                     reads=('concept_shift_prob', 'concept_shift_kind', 'concept_shift_count'))
 def _concept_shift(v, num_classes, **_):
-  prob = 0.05 if v.concept_shift_count else v.concept_shift_prob  # an exact count replaces it
-  return concept_shift(num_classes, prob, v.concept_shift_kind, v.concept_shift_count,
-                       v.rounds)
+  # With an exact count of shifts, concept_shift ignores the per-round chance.
+  return concept_shift(num_classes, v.concept_shift_prob, v.concept_shift_kind,
+                       v.concept_shift_count, v.rounds)
 
 
 @registry.registers('scenario', 'longtail_stateless', 'every selected client is a fresh '
