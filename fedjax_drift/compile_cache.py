@@ -17,6 +17,8 @@ import os
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
+from fedjax_drift.data import common
+
 # Entries are evicted least-recently-used above this size. Setting a size also makes JAX
 # lock the directory around reads and writes, so processes sharing it (presets --jobs, a
 # sweep's resume beside a run) never read an entry another is writing.
@@ -31,8 +33,7 @@ def directory(setting):
     return None
   if setting != 'auto':
     return os.path.abspath(os.path.expanduser(setting))
-  from fedjax_drift.data import sources  # pylint: disable=g-import-not-at-top
-  return os.path.join(sources._cache_dir(), 'xla')  # pylint: disable=protected-access
+  return os.path.join(common.cache_dir(), 'xla')
 
 
 def use(setting):

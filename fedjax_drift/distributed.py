@@ -27,7 +27,9 @@ import warnings
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
+from fedjax_drift import engine
 from fedjax_drift.errors import UserError
 
 LAUNCH_FLAGS = ('distributed', 'coordinator_address', 'num_processes', 'process_id')
@@ -279,8 +281,6 @@ def place(study):
   """
   if not active():
     return study
-  from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
-  from fedjax_drift import engine  # pylint: disable=g-import-not-at-top
   mesh = engine.client_mesh(study.config.devices)
   replicated = NamedSharding(mesh, P())
   num_clients = study.data.client_count.shape[1]
@@ -302,8 +302,6 @@ def segment_shardings(study):
   them). None on one process: XLA chooses, as before."""
   if not active():
     return None
-  from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=g-import-not-at-top
-  from fedjax_drift import engine  # pylint: disable=g-import-not-at-top
   replicated = NamedSharding(engine.client_mesh(study.config.devices), P())
   return jax.tree.map(lambda a: a.sharding, study.state), replicated
 

@@ -26,6 +26,7 @@ import numpy as np
 from optax.tree_utils import tree_norm, tree_vdot
 
 from fedjax_drift.data import pipeline as input_pipeline
+from fedjax_drift.data import scenarios
 from fedjax_drift.data import shuffle
 from fedjax_drift.data.federated import FederatedData, to_float
 from fedjax_drift.state import Batch, Client, Cohort, FederatedAlgorithm, ServerState
@@ -57,7 +58,9 @@ def max_steps(counts: np.ndarray, schedule: Schedule) -> int:
 
 
 def choose_parallelism(requested, family, backend, cohort_size, chunk=0):
-  """Returns (chunk width, reason). See the module docstring and benchmarks/ for the numbers."""
+  """Returns (chunk width, reason) for `backend` ('cpu', 'gpu', 'cuda', 'rocm', 'tpu': the
+  platform the program is built for, which need not be present). See the module docstring and
+  benchmarks/ for the numbers."""
   if chunk:
     return min(chunk, cohort_size), f'--cohort_chunk={chunk}'
   if requested == 'vmap':
@@ -272,7 +275,6 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
   scenario (data/scenarios.py) may change labels before each round (concept shift) or draw
   fresh, stateless clients every round; the default leaves the partition as it is.
   """
-  from fedjax_drift.data import scenarios  # pylint: disable=g-import-not-at-top
   scenario = scenario or scenarios.static()
 
   def round_fn(state: ServerState, data: FederatedData):
@@ -411,13 +413,15 @@ def over_runs(fn, args, width):
 _CONV_CPU_OPTIONS = {'xla_cpu_use_fusion_emitters': False}
 
 
-def compiler_options(convolves: bool) -> dict:
+def compiler_options(convolves: bool, platform=None) -> dict:
   """XLA compile options for a round or segment program (jax.jit's compiler_options).
 
-  convolves: the model has convolutions (models.Model.family == 'conv'). Returns the legacy
-  fusion emitters for a CNN on CPU, where this XLA knows the option, else {} (the defaults).
+  convolves: the model has convolutions (models.Model.family == 'conv'); platform: the one the
+  program is compiled for (None: jax.default_backend()). Returns the legacy fusion emitters
+  for a CNN on CPU, where this XLA knows the option, else {} (the defaults): the option is
+  XLA:CPU's, so it never reaches a GPU or TPU program.
   """
-  if not convolves or jax.default_backend() != 'cpu':
+  if not convolves or (platform or jax.default_backend()) != 'cpu':
     return {}
   return dict(_CONV_CPU_OPTIONS) if _xla_accepts(tuple(_CONV_CPU_OPTIONS.items())) else {}
 

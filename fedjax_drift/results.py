@@ -22,7 +22,7 @@ import os
 import jax
 import numpy as np
 
-from fedjax_drift import algorithms, metrics, personalize, report, stats
+from fedjax_drift import algorithms, metrics, personalize, report, stats, tensorboard
 from fedjax_drift.data import federated
 from fedjax_drift.errors import DivergenceError
 
@@ -247,7 +247,6 @@ def write_metrics(run_dir, prog):
 
 def _write_tensorboard(run_dir, prog):
   """The rows added since the last call, as scalars in RUN_DIR/tensorboard/run<r>."""
-  from fedjax_drift import tensorboard  # pylint: disable=g-import-not-at-top
   for rows, prefix, key in ((prog.eval_rows, 'eval/', 'eval'), (prog.round_rows, 'train/',
                                                                 'rounds')):
     for row in rows[prog.tensorboard_written[key]:]:

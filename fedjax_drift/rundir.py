@@ -29,6 +29,7 @@ import shutil
 
 from fedjax_drift import report
 from fedjax_drift.errors import UserError
+from fedjax_drift.version import __version__
 
 MARKER = '.fedjax-drift.json'
 MARKER_FORMAT = 1
@@ -64,11 +65,6 @@ def overwrite_mode(value) -> str:
 
 def _now():
   return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
-
-
-def _version():
-  from fedjax_drift import __version__  # pylint: disable=g-import-not-at-top
-  return __version__
 
 
 def canonical(values: dict) -> dict:
@@ -121,7 +117,7 @@ class Record:
     """A fresh record (a new run id) for run_dir, written at once."""
     run_id = os.urandom(16).hex()
     record = cls(run_dir, {
-        'tool': 'fedjax-drift', 'format': MARKER_FORMAT, 'version': _version(),
+        'tool': 'fedjax-drift', 'format': MARKER_FORMAT, 'version': __version__,
         'run_id': run_id, 'created': _now(), 'adopted': False, 'finished': False,
         'temporaries': f'{report.TEMP_PREFIX}{run_id[:4]}????{report.TEMP_SUFFIX}',
         'entries': [], 'outputs': [], 'config_sha256': None, 'config': None, **fields})

@@ -1,11 +1,10 @@
-"""Global parameters saved by --save_params, read back (--init_params, `load_params`).
+"""Global parameters saved by --save_params, read back (--init_params; `study.load_params` builds on it).
 
 The file (simulation.save_params) holds one array per parameter, named by its flax path
 ('params/Dense_0/kernel', as models.flatten_names), each with a leading run axis in runs.csv
 order. Reading picks one run and checks every name and shape against the model's own
 parameters, so a file from another model or dataset is refused in one line.
 """
-import dataclasses
 import os
 import zipfile
 
@@ -60,15 +59,3 @@ def into(template, arrays: dict, path):
                     '--model (saved from another --model or options?)')
   leaves = [jnp.asarray(arrays[n], dtype=leaf.dtype) for n, (_, leaf) in zip(names, flat)]
   return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
-def load_params(path, config, run=None):
-  """The global parameters of run `run` (default config.init_params_run) saved in `path` by
-  --save_params, as the params pytree of config's model (built on config's dataset, which
-  sets the input shape and class count). Evaluate them with
-  `fedjax_drift.run(Config(..., init_params=path, rounds=0))`."""
-  from fedjax_drift import study  # pylint: disable=g-import-not-at-top
-  run = config.init_params_run if run is None else run
-  config = dataclasses.replace(config, init_params=os.path.abspath(path), init_params_run=run,
-                               grid='', seeds=1)
-  return study.prepare(config).state.params

@@ -15,6 +15,7 @@ cohort size, variants, buffer sizes) are static and cannot be gridded. A zero th
 part off (e.g. --prox_mu=0) skips the part when static; gridded, the part runs with weight 0.
 """
 import dataclasses
+import os
 from typing import Any, NamedTuple
 
 import jax
@@ -256,15 +257,18 @@ def _check_cover_possible(config, dataset, parts):
                     f'(seed {config.seed}); raise --clients_per_round')
 
 
-def _build_run(config: Config, shared: _Shared) -> Experiment:
-  """One run from a resolved config: partition, model, algorithm, tables and initial state."""
+def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
+  """One run from a resolved config: partition, model, algorithm, tables and initial state.
+  platform (None: this process's backend) is the one 'auto' choices are made for
+  (`target_choices`)."""
   ds = shared.dataset
   if config.scenario == 'longtail_stateless' and algorithms.needs_validation(config):
     raise UserError('--scenario=longtail_stateless draws clients from the whole training set, '
                     'so FedGKD-Vote\'s validation split cannot be held out of it')
   train_parts, test_parts, server_data, validation = _partition(config, shared)
+  conv_impl, _ = target_choices(config, platform)
   model = models.get(config.model, ds.num_classes, ds.x_train.shape[1:], config.init,
-                     algorithms.projection_dim(config), conv_impl=config.conv_impl,
+                     algorithms.projection_dim(config), conv_impl=conv_impl,
                      projection_hidden=config.projection_hidden, dropout=config.dropout,
                      gn_groups=config.gn_groups, gn_group_size=config.gn_group_size,
                      vocab_size=ds.vocab_size, pretrained=config.pretrained)
@@ -275,7 +279,7 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
   if scenario.fresh_cohort is not None:
     counts = np.array([scenario.max_examples])
   max_local_steps = engine.max_steps(counts, schedule)
-  chunk, strategy = _parallelism(config, model)
+  chunk, strategy = _parallelism(config, model, platform)
   data = federated.build(shared.x, shared.y, train_parts, ds.num_classes)
   run_key = jax.random.key(config.seed)
   params = model.init(jax.random.fold_in(run_key, 0))
@@ -296,19 +300,34 @@ def _build_run(config: Config, shared: _Shared) -> Experiment:
                     pipeline, validation)
 
 
-def _parallelism(config, model):
-  """(client chunk width, reason), checking --devices against what jax sees."""
-  if config.devices > jax.device_count():
+def target_choices(config: Config, platform=None):
+  """(conv_impl, backend) for a program built for `platform` ('cpu', 'cuda', 'rocm', 'tpu';
+  None: this process's backend, where models.get resolves --conv_impl itself). For another
+  platform, --conv_impl=auto resolves as it would there (lax on GPU/TPU: models/layers.py),
+  so a program can be built and lowered for an accelerator on a host without one."""
+  if platform is None or platform == jax.default_backend():
+    return config.conv_impl, jax.default_backend()
+  convolves = models.MODELS.get(config.model, (None, ''))[1] == 'conv'
+  return (models.layers.resolve_conv_impl(config.conv_impl, backend=platform,
+                                          convolves=convolves), platform)
+
+
+def _parallelism(config, model, platform=None):
+  """(client chunk width, reason) for `platform` (None: this process's backend), checking
+  --devices against what jax sees there."""
+  _, backend = target_choices(config, platform)
+  if platform is None and config.devices > jax.device_count():
     raise errors.too_many_devices(config.devices, jax.device_count(), jax.default_backend())
-  return engine.choose_parallelism(config.client_parallelism, model.family,
-                                   jax.default_backend(), config.clients_per_round //
-                                   config.devices, config.cohort_chunk)
+  return engine.choose_parallelism(config.client_parallelism, model.family, backend,
+                                   config.clients_per_round // config.devices,
+                                   config.cohort_chunk)
 
 
-def prepare(config: Config) -> Experiment:
-  """The lone run of `config` (its --seed, no grid), built as `build` builds each run."""
+def prepare(config: Config, platform=None) -> Experiment:
+  """The lone run of `config` (its --seed, no grid), built as `build` builds each run, for
+  `platform` (None: this process's backend; see `target_choices`)."""
   config.validate()
-  return _build_run(resolve(config), _load(config))
+  return _build_run(resolve(config), _load(config), platform)
 
 
 def _stack(trees):
@@ -348,18 +367,19 @@ def device_bytes(runs, shared, width, shapes=None) -> int:
              + 2 * padded * (federated.nbytes(state) + federated.nbytes(tables)))
 
 
-def build(config: Config, runs=None, preflight=None) -> Study:
+def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
   """Every run of `config` (see `plan`), stacked and ready to compile.
 
   preflight: called with `device_bytes` and one run's per-client state bytes once the data is
-  loaded, before any run's state is built; it may raise (simulation's memory check)."""
+  loaded, before any run's state is built; it may raise (simulation's memory check).
+  platform: the one the program is for (None: this process's backend; `target_choices`)."""
   runs = runs or plan(config)
   shared = _load(config)
   width = min(config.run_chunk or len(runs), len(runs))
   if preflight is not None:  # (bytes needed, bytes of one run's per-client state table)
     shapes = state_shapes(runs, shared)
     preflight(device_bytes(runs, shared, width, shapes), federated.nbytes(shapes[0].clients))
-  experiments = [_build_run(spec.config, shared) for spec in runs]
+  experiments = [_build_run(spec.config, shared, platform) for spec in runs]
   padded = experiments + [experiments[-1]] * (-len(runs) % width)  # equal groups
   traced = tuple(n for n in GRIDABLE if len({getattr(s.config, n) for s in runs}) > 1)
   inputs = {'hp': {n: jnp.asarray([getattr(e.config, n) for e in padded], jnp.float32)
@@ -417,3 +437,14 @@ def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
         (state, data.client_index, data.client_count, data.label_hist, inputs), width)
 
   return step
+
+
+def load_params(path, config, run=None):
+  """The global parameters of run `run` (default config.init_params_run) saved in `path` by
+  --save_params, as the params pytree of config's model (built on config's dataset, which
+  sets the input shape and class count). Evaluate them with
+  `fedjax_drift.run(Config(..., init_params=path, rounds=0))`."""
+  run = config.init_params_run if run is None else run
+  config = dataclasses.replace(config, init_params=os.path.abspath(path), init_params_run=run,
+                               grid='', seeds=1)
+  return prepare(config).state.params
