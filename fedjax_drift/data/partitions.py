@@ -128,6 +128,77 @@ def quantity(labels, num_clients, rng, alpha):
   return [np.sort(p) for p in np.split(perm, np.cumsum(sizes)[:-1])]
 
 
+# FedDF's dealer works on groups of this many clients (its `n_auxi_workers`).
+_FEDDF_GROUP = 10
+
+
+def feddf(labels, num_clients, rng, alpha, max_redraws=1000):
+  """FedDF's Dirichlet partitioner (Lin et al. 2020, "Ensemble Distillation for Robust Model
+  Fusion in Federated Learning"), as the FedDF and FedGKD authors' code draws it
+  (epfml/federated-learning-public-code codes/FedDF-code and CGCL-codes/FedGKD,
+  pcode/datasets/partition_data.py: `build_non_iid_by_dirichlet` and
+  `DataPartitioner.partition_indices`).
+
+  Steps, in the code's order and with its random draws (`rng.shuffle`, `rng.dirichlet`):
+  1. shuffle the (index, label) rows of the split;
+  2. cut them into ceil(N/10) consecutive groups of int(10/N * n) rows (the last takes the
+     rest), one group per 10 clients (the last group's clients: the remainder);
+  3. in each group of G clients and m rows, deal each class c = 0..C-1 in turn: draw
+     p ~ Dir(alpha * 1_G), zero p_j for clients already holding >= m/G rows (the balancing
+     rule), renormalise, and split the class's rows at int(cumsum(p) * n_c); redraw the whole
+     group until every client holds >= int(0.5 * m / G) rows (the minimum size);
+  4. concatenate the clients' rows in client order and cut the result into consecutive
+     chunks of int(1/N * n) examples, one per client (the last n mod N examples are dropped).
+  So every client gets exactly int(n/N) examples and a window of its group's label mix, where
+  `dirichlet` draws per-client sizes.
+
+  Args:
+    labels: int label per example, classes 0..max(labels).
+    num_clients: N; with fewer than 10 clients the one group has N clients (the code asserts
+      N >= 10: from 10 on the draws are the code's).
+    rng: a numpy RandomState (the authors' `conf.random_state`, RandomState(seed)) or
+      Generator; only its shuffle and dirichlet methods are used.
+    alpha: the Dirichlet concentration (--dirichlet_alpha, the code's --non_iid_alpha).
+    max_redraws: a group that misses the minimum size this many times raises UserError (the
+      code loops forever); draws before that are the code's.
+  Returns: per-client sorted arrays of indices into `labels`.
+  """
+  if alpha <= 0:
+    raise UserError(f'--dirichlet_alpha={alpha} must be > 0')
+  labels = np.asarray(labels)
+  n, num_classes = len(labels), int(labels.max()) + 1
+  rows = np.stack([np.arange(n), labels], axis=1)
+  rng.shuffle(rows)
+  group = min(_FEDDF_GROUP, num_clients)
+  num_groups = -(-num_clients // group)
+  step = int(group / num_clients * n)  # the code's float expression, truncated
+  dealt, remaining = [], num_clients
+  for g in range(num_groups):
+    block = rows[g * step:(n if g == num_groups - 1 else (g + 1) * step)]
+    size, workers = len(block), min(group, remaining)
+    remaining -= group
+    if int(0.50 * size / workers) < 1:  # the code would deal nothing (its loop never runs)
+      raise UserError(f'--partition=feddf: {n} examples are too few for --num_clients='
+                      f'{num_clients} (a group needs 2 examples per client)')
+    for _ in range(max_redraws):
+      batch = [[] for _ in range(workers)]
+      for c in range(num_classes):
+        idx = block[block[:, 1] == c, 0]
+        props = rng.dirichlet(np.repeat(alpha, workers))
+        props = np.array([p * (len(b) < size / workers) for p, b in zip(props, batch)])
+        cuts = (np.cumsum(props / props.sum()) * len(idx)).astype(int)[:-1]
+        batch = [b + part.tolist() for b, part in zip(batch, np.split(idx, cuts))]
+      if min(len(b) for b in batch) >= int(0.50 * size / workers):
+        break
+    else:
+      raise UserError(f'--partition=feddf with --dirichlet_alpha={alpha}: a group of {workers} '
+                      f'clients missed the minimum size in {max_redraws} draws; raise alpha')
+    dealt += batch
+  flat = np.asarray(sum(dealt, []), np.int64)
+  share = int(1.0 / num_clients * n)
+  return [np.sort(flat[i * share:(i + 1) * share]) for i in range(num_clients)]
+
+
 def natural(ids, num_clients, rng, column='COLUMN'):
   """--partition=natural:COLUMN: one client per distinct id (a writer, a user, a device).
 
@@ -266,6 +337,9 @@ registry.register('partition', 'dirichlet_client', 'a Dirichlet class mixture pe
                   'et al.)', reads=('dirichlet_alpha',), info=dirichlet_client)
 registry.register('partition', 'quantity', 'Dirichlet client sizes, IID labels',
                   reads=('dirichlet_alpha',), info=quantity)
+registry.register('partition', 'feddf', 'FedDF\'s Dirichlet(--dirichlet_alpha) dealer '
+                  '(Lin et al. 2020; FedGKD\'s code): groups of 10 clients, equal sizes',
+                  reads=('dirichlet_alpha',), info=feddf)
 registry.register('partition', 'domains', 'each domain\'s examples to its own clients (any '
                   'dataset with domain ids: digits5, domainnet, digits_domains, npz with '
                   'd_train/d_test); N >= domains')
