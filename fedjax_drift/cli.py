@@ -155,13 +155,6 @@ def _run(fedjax_drift, args, argv):
     fedjax_drift.run(fedjax_drift.Config(**vars(args)))
 
 
-def _early_stop(signum, frame):  # pylint: disable=unused-argument
-  """SIGTERM or SIGHUP before the library's handler is in place (while importing)."""
-  error = KeyboardInterrupt(f'stopped by {signal.Signals(signum).name}')
-  error.signum = signum
-  raise error
-
-
 def _ignore_signals():
   for name in ('SIGINT', 'SIGTERM', 'SIGHUP'):
     signal.signal(getattr(signal, name), signal.SIG_IGN)
@@ -171,8 +164,8 @@ def main_exit_code():
   """main()'s exit code; a signal before main's own handler (while importing) or after it
   (while the interpreter shuts down) still gives one line and 128 + the signal, never a
   traceback."""
-  for name in ('SIGTERM', 'SIGHUP'):
-    signal.signal(getattr(signal, name), _early_stop)
+  from fedjax_drift import interrupts  # pylint: disable=g-import-not-at-top
+  interrupts.early()  # already, when the package was imported by one of its programs
   try:
     code = main(hard_exit_s=HARD_EXIT_S)
   except KeyboardInterrupt as e:

@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from fedjax_drift import report, results
+from fedjax_drift import interrupts, report, results
 from fedjax_drift.errors import UserError
 
 OUTPUTS = ('comparison.md', 'comparison.csv', 'comparison.png')
@@ -182,13 +182,18 @@ def main(argv=None):
                       help='replace comparison.{md,csv,png} in --out')
   args = parser.parse_args(argv)
   try:
-    rows = groups([read_run_dir(d) for d in args.run_dirs])
-    if not rows:
-      raise UserError('the run directories list no runs (empty runs.csv)')
-    write(rows, args.out, args.overwrite)
+    with interrupts.guard():  # a signal: one line; each output is whole or absent
+      rows = groups([read_run_dir(d) for d in args.run_dirs])
+      if not rows:
+        raise UserError('the run directories list no runs (empty runs.csv)')
+      write(rows, args.out, args.overwrite)
   except UserError as e:
     sys.stderr.write(f'error: {e}\n')
     return 2
+  except KeyboardInterrupt as e:
+    interrupts.ignore()
+    sys.stderr.write(f'error: {interrupts.what(interrupts.exit_code(e) - 128)}\n')
+    return interrupts.exit_code(e)
   print(markdown(rows), end='')
   print(f'-> {os.path.join(args.out, "comparison.md")}, comparison.csv, comparison.png')
   return 0

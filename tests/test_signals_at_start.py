@@ -1,0 +1,162 @@
+"""A signal from a program's first instruction on is one line and exit 130, never a traceback
+and never lost, whatever handler the process inherited (issue 34 item 1): experiments/run.py,
+experiments/compare.py and the console scripts, signalled at many offsets from their start
+(while Python starts, while jax and flax import, while flags parse, while data loads)."""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+import types
+
+import pytest
+
+import fixtures
+from fedjax_drift import interrupts
+from test_cli import ROOT, RUN
+
+# Seconds after Python's own start (_python_start_s): 15 moments from the first imports to
+# the first rounds.
+OFFSETS_S = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 0.9, 1.2, 1.5, 2.0, 2.5, 3.0)
+BIN = os.path.dirname(sys.executable)  # where pip put the console scripts
+
+
+def _python_start_s():
+  """How long the interpreter takes to reach a program's first statement now (site and
+  its .pth files; slow on a loaded machine): a signal before it is Python's, not ours."""
+  start = time.monotonic()
+  subprocess.run([sys.executable, '-c', 'pass'], check=True)
+  return time.monotonic() - start
+
+
+def _signal_at(commands, offsets, sig=signal.SIGINT, ignore_inherited=False):
+  """Starts each command in turn and sends it `sig` `offset` seconds after the program's
+  first statement could run (Python's own start measured just before, plus `offset`);
+  returns [(offset, returncode, stderr, signalled)] where signalled says the process was
+  still alive when the signal was sent. ignore_inherited: the child starts with SIGINT
+  ignored, as a run started with `cmd &` from a shell script does."""
+  def preexec():
+    if ignore_inherited:
+      signal.signal(signal.SIGINT, signal.SIG_IGN)
+  results = []
+  for command, offset in zip(commands, offsets):
+    ready = _python_start_s()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=preexec, cwd=ROOT)
+    time.sleep(ready + offset)
+    alive = proc.poll() is None
+    if alive:
+      proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    results.append((offset, proc.returncode, err, alive))
+  return results
+
+
+def _assert_one_line(results, code=130, word='interrupted'):
+  signalled = 0
+  for offset, returncode, err, alive in results:
+    if not alive:
+      continue  # it had finished before the signal was sent
+    signalled += 1
+    lines = err.strip().splitlines()
+    assert returncode == code and len(lines) == 1, (offset, returncode, err)
+    assert 'Traceback' not in err and word in lines[0], (offset, err)
+  return signalled
+
+
+def _run_command(tmp_path, tiny_npz, i):
+  return [sys.executable, RUN, f'--dataset=npz:{tiny_npz}', '--model=mlp', '--rounds=100000',
+          '--num_clients=4', '--clients_per_round=2', '--local_steps=2', '--local_epochs=0',
+          '--eval_every=50', '--progress=false', f'--out={tmp_path / f"run{i}"}']
+
+
+@pytest.mark.slow
+def test_run_py_sigint_at_every_offset_is_one_line(tmp_path, tiny_npz):
+  commands = [_run_command(tmp_path, tiny_npz, i) for i in range(len(OFFSETS_S))]
+  results = _signal_at(commands, OFFSETS_S)
+  assert _assert_one_line(results) == len(OFFSETS_S)  # a 100000-round run outlives them all
+
+
+@pytest.mark.slow
+def test_run_py_started_with_sigint_ignored_still_stops(tmp_path, tiny_npz):
+  """`(trap '' INT; python run.py &)`: the shell hands the run SIG_IGN; the programs replace
+  it (README: one line at any moment), so a SIGINT sent to the run still ends it."""
+  offsets = (0.3, 1.0, 2.5)
+  commands = [_run_command(tmp_path, tiny_npz, i) for i in range(len(offsets))]
+  results = _signal_at(commands, offsets, ignore_inherited=True)
+  assert _assert_one_line(results) == len(offsets)
+
+
+@pytest.mark.slow
+def test_run_py_sigterm_early_is_one_line(tmp_path, tiny_npz):
+  offsets = (0.1, 0.5, 1.5)
+  commands = [_run_command(tmp_path, tiny_npz, i) for i in range(len(offsets))]
+  results = _signal_at(commands, offsets, sig=signal.SIGTERM)
+  assert _assert_one_line(results, code=143, word='SIGTERM') == len(offsets)
+
+
+def _script(name):
+  path = os.path.join(BIN, name)
+  if not os.path.exists(path):
+    pytest.skip(f'{name} is not installed beside {sys.executable}')
+  return path
+
+
+@pytest.mark.slow
+def test_console_scripts_sigint_while_starting_is_one_line(tmp_path, tiny_npz):
+  downloads = tmp_path / 'downloads' / 'mnist'
+  fixtures.write_idx_dir(str(downloads), n_train=20, n_test=10)
+  offsets = OFFSETS_S[::3]
+  commands = []
+  for i, offset in enumerate(offsets):
+    commands += [
+        [_script('fedjax-drift-data'), 'import', str(downloads)],
+        [_script('fedjax-drift-compare'), str(tmp_path / 'missing'), f'--out={tmp_path}/c{i}'],
+        [sys.executable, os.path.join(ROOT, 'experiments', 'compare.py'),
+         str(tmp_path / 'missing'), f'--out={tmp_path}/d{i}'],
+        [_script('fedjax-drift')] + _run_command(tmp_path, tiny_npz, i)[2:],
+    ]
+  results = _signal_at(commands, [o for o in offsets for _ in range(4)])
+  # A short command may finish before a late signal; each is alive for the early ones.
+  assert _assert_one_line(results) >= 4 * 2
+
+
+def test_the_console_scripts_are_the_ones_pyproject_installs():
+  with open(pathlib.Path(ROOT) / 'pyproject.toml', 'rb') as f:
+    scripts = tomllib.load(f)['project']['scripts']
+  assert set(scripts) == set(interrupts.CONSOLE_SCRIPTS)
+
+
+def test_importing_the_package_as_a_library_leaves_the_handlers_alone():
+  code = ('import signal; before = signal.getsignal(signal.SIGINT); import fedjax_drift; '
+          'print(signal.getsignal(signal.SIGINT) is before)')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                       cwd=ROOT, check=True).stdout
+  assert out.strip() == 'True'
+
+
+@pytest.mark.parametrize('argv0,name,file,expected', [
+    ('/usr/bin/fedjax-drift-data', '__main__', '/usr/bin/fedjax-drift-data', True),
+    ('C:\\bin\\fedjax-drift.exe', '__main__', None, True),
+    ('experiments/run.py', '__main__', os.path.join(ROOT, 'experiments', 'run.py'), True),
+    ('presets.py', '__mp_main__', os.path.join(ROOT, 'experiments', 'presets.py'), False),
+    ('/tmp/mine.py', '__main__', '/tmp/mine.py', False),
+    ('-c', '__main__', None, False),
+])
+def test_which_processes_are_programs(monkeypatch, argv0, name, file, expected):
+  """Programs get the early handler; a spawned worker (its parent handles the signal) and
+  a user's own script or notebook that imports the package do not."""
+  main = types.ModuleType(name)
+  if file:
+    main.__file__ = file
+  monkeypatch.setitem(sys.modules, '__main__', main)
+  monkeypatch.setattr(sys, 'argv', [argv0])
+  assert interrupts.is_program() is expected
+
+
+def test_python_m_fedjax_drift_cli_is_one_line_for_a_mistake():
+  out = subprocess.run([sys.executable, '-m', 'fedjax_drift.cli', '--bogus'],
+                       capture_output=True, text=True, cwd=ROOT)
+  assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
