@@ -57,14 +57,19 @@ class Config:
   """
   # What to run.
   algo: str = _f('fedavg', 'federated algorithm', group='algorithm')
-  model: str = _f('cnn_mnist', 'network', group='model')
-  init: str = _f('default', 'parameter init: default (flax) or zeros', ('default', 'zeros'),
-                 group='model')
+  model: str = _f('cnn_mnist', 'network', registry.Choices('model'), group='model')
+  init: str = _f('default', 'parameter init: default (flax\'s), zeros, or torch (each layer as '
+                 'PyTorch builds it, the papers\' ResNets as their code)',
+                 registry.Choices('init'), group='model')
   gn_groups: int = _f(0, 'GroupNorm models (resnet8/18/20, resnet50_gn): groups per layer; '
                       '0 = the model\'s rule (exclusive with --gn_group_size)',
                       group='model', bounds=AT_LEAST_0)
   gn_group_size: int = _f(0, 'GroupNorm models: channels per group; 0 = use --gn_groups',
                           group='model', bounds=AT_LEAST_0)
+  gn_eps: float = _f(-1.0, 'GroupNorm models: the ε of every GroupNorm layer; -1 = the '
+                     'model\'s own (torch\'s 1e-5 for resnet8 and resnet50_gn, which follow '
+                     'FedGKD\'s code; flax\'s 1e-6 for resnet18 and resnet20)', group='model',
+                     bounds=POSITIVE.but(allow=-1, hint='or -1 for the model\'s own'))
   projection_hidden: int = _f(0, 'projection head (MOON, FedGKD+) hidden width; 0 = the base '
                               'model\'s feature width, as the MOON and FedGKD code (earlier '
                               'versions used --moon_projection_dim, 256)',
@@ -130,6 +135,10 @@ class Config:
   cohort_sampler: str = _f('uniform', 'cohort sampling; cover_classes requires the cohort\'s '
                            'labels to cover every class', ('uniform', 'cover_classes'),
                            group='server')
+  cohorts: str = _f('', 'file:PATH: a JSON list of one list of client ids per round (at least '
+                   '--rounds lists of --clients_per_round distinct ids in [0, N)); round t uses '
+                   'list t instead of sampling, to replay another code\'s cohorts; '
+                   '\'\' = sample', group='server')
   scenario: str = _f('static', 'how clients and labels change over rounds',
                      registry.Choices('scenario'), group='data')
   concept_shift_prob: float = _f(0.05, 'concept_shift: probability, before each round, that one '
@@ -149,6 +158,15 @@ class Config:
   num_clients: int = _f(50, 'total number of clients N', group='data', bounds=AT_LEAST_1)
   clients_per_round: int = _f(10, 'cohort size K, sampled uniformly without replacement',
                               group='server', bounds=AT_LEAST_1)
+  dropout_prob: float = _f(0.0, 'each sampled client never reports with this probability per '
+                           'round; the aggregation ignores it (0 = every client reports)',
+                           group='server', bounds=UNIT_EXCL_1, gridable=True)
+  straggler_frac: float = _f(0.0, 'each sampled client straggles with this probability per round:'
+                             ' it runs a uniform number of its H_i steps from '
+                             '--straggler_min_steps (0 = none)',
+                             group='server', bounds=UNIT, gridable=True)
+  straggler_min_steps: int = _f(1, 'the fewest local steps a straggler runs (capped at its H_i)',
+                                group='server', bounds=AT_LEAST_1)
   # Local work.
   rounds: int = _f(50, 'communication rounds (0 = only evaluate the starting parameters, '
                    'e.g. --init_params)',
@@ -318,6 +336,21 @@ class Config:
                                group='algorithm', bounds=ABOVE_0, gridable=True)
   moon_projection_dim: int = _f(256, 'MOON / FedGKD+ projection head width',
                                 group='algorithm', bounds=AT_LEAST_1)
+  ditto_lambda: float = _f(0.1, 'Ditto lambda: pull of the personal model to the global one',
+                           group='algorithm', bounds=NONNEG, gridable=True)
+  fedrep_head_fraction: float = _f(0.9, 'FedRep: share of a client\'s H_i steps that train its '
+                                   'head (first), the rest train the body (the code: 9 of 10 '
+                                   'epochs)', group='algorithm', bounds=UNIT, gridable=True)
+  pfedme_lambda: float = _f(15.0, 'pFedMe lambda of the Moreau envelope',
+                            group='algorithm', bounds=NONNEG, gridable=True)
+  pfedme_inner_steps: int = _f(5, 'pFedMe K: inner steps solving the personalised problem',
+                               group='algorithm', bounds=AT_LEAST_1)
+  pfedme_personal_lr: float = _f(0.09, 'pFedMe personal learning rate of the inner steps',
+                                 group='algorithm', bounds=POSITIVE, gridable=True)
+  apfl_alpha: float = _f(0.25, 'APFL mixing weight alpha of the personal model (its start when '
+                         'adaptive)', group='algorithm', bounds=UNIT, gridable=True)
+  apfl_alpha_lr: float = _f(0.0, 'APFL learning rate of alpha (0 = fixed alpha)',
+                            group='algorithm', bounds=NONNEG, gridable=True)
   server_optimizer: str = _f('', 'override the server optimizer: avg, slowmo, adam, yogi, '
                              'adagrad', group='server')
   server_beta1: float = _f(0.9, 'FedAdam/FedYogi/FedAdagrad first-moment decay',
@@ -332,7 +365,32 @@ class Config:
                         'gkd_vote, igfl_c, prox, scaffold, dyn, curv, curv_stateless, ntd, rs',
                         group='algorithm')
   aggregator: str = _f('', 'override the aggregator: mean, attention_self, attention_global, '
-                       'attention_time, attention_time_rows', group='algorithm')
+                       'attention_time, attention_time_rows, median, trimmed_mean, krum, '
+                       'dp_gaussian', group='algorithm')
+  # Robust aggregation (algorithms/robust.py), compressed uploads (compression.py), DP (dp.py).
+  trim_beta: float = _f(0.1, '--aggregator=trimmed_mean: fraction beta of the cohort dropped at '
+                        'each end of every coordinate (0 = the weighted mean)', group='algorithm',
+                        bounds=UNIT_EXCL_1.but(high=0.5, wording='in [0, 0.5)'))
+  krum_byzantine: int = _f(1, '--aggregator=krum: f, the Byzantine clients assumed (scores sum '
+                           'the K - f - 2 nearest squared distances)', group='algorithm',
+                           bounds=AT_LEAST_0)
+  krum_select: int = _f(1, '--aggregator=krum: m updates of the lowest scores averaged (1 = '
+                        'Krum, more = Multi-Krum, >= K = the weighted mean)', group='algorithm',
+                        bounds=AT_LEAST_1)
+  topk_fraction: float = _f(0.1, '--local_terms=topk: fraction of each parameter array\'s '
+                            'entries a client uploads (1 = all)', group='algorithm',
+                            bounds=UNIT_EXCL_0)
+  qsgd_levels: int = _f(16, '--local_terms=qsgd: quantisation levels s', group='algorithm',
+                        bounds=AT_LEAST_1)
+  error_feedback: bool = _f(True, '--local_terms=topk|qsgd: keep each client\'s compression '
+                            'residual and add it to its next upload', group='algorithm')
+  dp_clip: float = _f(1.0, '--algo=dp_fedavg / --aggregator=dp_gaussian: clip norm S of each '
+                      'client update (inf = no clipping)', group='algorithm', bounds=ABOVE_0)
+  dp_noise: float = _f(1.0, 'DP-FedAvg noise multiplier sigma: the mean gets N(0, (sigma S / '
+                       'K)^2) noise (0 = none)', group='algorithm', bounds=NONNEG)
+  dp_delta: float = _f(1e-5, 'DP-FedAvg: delta at which the epsilon spent is reported',
+                       group='algorithm', bounds=UNIT_EXCL_0.but(high_open=True,
+                                                                 wording='in (0, 1)'))
   # Personalisation after training (FedADC §IV-D).
   personalize: str = _f('none', 'calibrate: each client fine-tunes the last layer on its data',
                         registry.Choices('personalize'), group='algorithm')
@@ -503,6 +561,15 @@ class Config:
       raise UserError(f'--init_params={self.init_params} must be an .npz (from --save_params)')
     if self.resume and not self.out:
       raise UserError('--resume needs --out=RUN_DIR, the run to continue')
+    if self.cohorts and not self.cohorts.startswith('file:'):
+      raise UserError(f'--cohorts={self.cohorts} must be file:PATH (a JSON list of one list of '
+                      'client ids per round)')
+    if self.cohorts and self.cohort_sampler != 'uniform':
+      raise UserError(f'--cohorts=file: replaces sampling; drop '
+                      f'--cohort_sampler={self.cohort_sampler}')
+    if self.cohorts and self.scenario == 'longtail_stateless':
+      raise UserError('--cohorts=file: names clients, but --scenario=longtail_stateless draws '
+                      'fresh clients every round')
 
   def _validate_partition(self):
     """--partition: a known name, file:PATH or natural:COLUMN; shards needs labels."""

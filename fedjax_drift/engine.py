@@ -30,6 +30,7 @@ from fedjax_drift.data import scenarios
 from fedjax_drift.data import shuffle
 from fedjax_drift.data.federated import FederatedData, to_float
 from fedjax_drift.state import Batch, Client, Cohort, FederatedAlgorithm, ServerState
+from fedjax_drift import unreliable as unreliable_clients
 
 
 class Schedule(NamedTuple):
@@ -255,8 +256,15 @@ def client_mesh(devices: int):
 def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: int,
                cohort_size: int, weighting: str = 'examples', chunk: int = 1,
                sampler: str = 'uniform', devices: int = 1, scenario=None, pipeline=None,
-               client_probe=None, keep_aux=False):
+               client_probe=None, keep_aux=False, cohorts=None, unreliable=None):
   """Returns round_fn(state, data) -> (state, metrics), pure and jittable.
+
+  unreliable (fedjax_drift/unreliable.py; None = every client reports and runs its H_i):
+  dropped clients and stragglers, drawn from fold_in(round key, 5) and each client's id.
+
+  cohorts (None = sample them): an int array [rounds, cohort_size] of client ids; round t
+  takes row t (state.round) instead of sampling, so a run can replay another code's cohorts
+  (--cohorts=file:PATH). The rest of the round's randomness is derived as without.
 
   Diagnostics (off by default; off, the round's program is exactly what it is without them):
   client_probe(local_params, concept) -> pytree is applied to every cohort client's model
@@ -289,7 +297,9 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
       hists = jax.vmap(lambda r, v: jnp.zeros(num_classes).at[data.y[r]].add(v))(
           rows, valid.astype(jnp.float32))
     else:
-      if sampler == 'cover_classes':
+      if cohorts is not None:
+        ids = jnp.asarray(cohorts, jnp.int32)[state.round]
+      elif sampler == 'cover_classes':
         ids = sample_covering_cohort(jax.random.fold_in(rkey, 0), data.label_hist, cohort_size)
       else:
         ids = sample_cohort(jax.random.fold_in(rkey, 0), num_clients, cohort_size)
@@ -307,6 +317,14 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
       weights = counts.astype(jnp.float32) / jnp.sum(counts)
     else:
       weights = jnp.full((cohort_size,), 1.0 / cohort_size, jnp.float32)
+    reports = None
+    if unreliable is not None:
+      reports, num_steps = unreliable_clients.draw(unreliable, jax.random.fold_in(rkey, 5),
+                                                   ids, num_steps)
+      weights = unreliable_clients.renormalize(weights, reports)
+    # The factors of the aggregated sum: the weights, or the algorithm's own (FedNova's).
+    factors = (weights if algo.aggregation_weights is None
+               else algo.aggregation_weights(weights, num_steps))
 
     def one_client(params, payload, data, client_key, concept, args):
       cid, row, count, hist, steps, spe_i, weight, cstate = args
@@ -329,7 +347,7 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
         sums = jax.lax.psum(sums, 'clients')
       return sums, outputs
 
-    args = (ids, rows, counts, hists, num_steps, spe, weights, old_states)
+    args = (ids, rows, counts, hists, num_steps, spe, factors, old_states)
     if devices > 1:
       from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
       sums, outputs = jax.shard_map(run_clients, mesh=client_mesh(devices),
@@ -339,9 +357,11 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     else:
       sums, outputs = run_clients(state.params, payload, data, client_key, concept, args)
     new_states, losses, norms, client_finite, deltas, uploads, probes = outputs
+    if reports is not None:  # a client that never reported keeps its state
+      new_states = unreliable_clients.keep_unreported(reports, new_states, old_states)
 
     cohort = Cohort(ids, weights, counts, num_steps, sums['weighted'], deltas, old_states,
-                    new_states, num_clients, uploads)
+                    new_states, num_clients, uploads, key=jax.random.fold_in(rkey, 4))
     # server_update returns (params, server) or (params, server, aux) (state.py).
     params, server, *aux = algo.server_update(state.params, state.server, cohort)
     metrics = drift_diagnostics(sums, norms, losses, weights)

@@ -7,7 +7,7 @@ Sign convention, used everywhere: a client update is the descent direction
 and the server's pseudo-gradient is built from these deltas, so server optimizers are ordinary
 optax transformations: `updates = opt.update(pseudo_gradient)`, `theta_{t+1} = theta_t + updates`.
 """
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 
@@ -64,6 +64,7 @@ class Cohort(NamedTuple):
   new_states: PyTree       # [K, ...] per-client state after the round
   num_clients: int         # N, static
   uploads: PyTree = ()     # [K, ...] the clients' ClientResult.upload, stacked
+  key: Any = None          # the server's key for this round, for aggregators that draw (DP)
 
 
 class FederatedAlgorithm(NamedTuple):
@@ -83,6 +84,11 @@ class FederatedAlgorithm(NamedTuple):
   diagnostics(server) -> {name: float32 scalar}: read from the server buffers after
     server_update, merged into the round's metrics (e.g. IGFL's sum of time-attention
     weights, which §4.3 leaves unnormalised).
+  personal(params, client_state) -> client i's own model (a personalised algorithm: Ditto's
+    v_i, APFL's mixture), from the global model and one client's state row; None: the
+    algorithm has no per-client models (--eval_protocol=local tests these).
+  aggregation_weights(weights [K], num_steps [K]) -> [K]: the factors a_i of the aggregated
+    sum sum_i a_i delta_i (FedNova's normalised averaging); None: a_i = weights.
   """
   name: str
   init: Callable
@@ -93,3 +99,5 @@ class FederatedAlgorithm(NamedTuple):
   communication: Callable
   needs_client_deltas: bool = True
   diagnostics: Callable = lambda server: {}
+  personal: Optional[Callable] = None
+  aggregation_weights: Optional[Callable] = None

@@ -12,12 +12,16 @@ optimizer and --server_momentum puts SlowMo momentum on an averaging server.
 """
 import dataclasses
 
+import optax
+
 from fedjax_drift import registry
 from fedjax_drift.errors import UserError
 # The families, in --list order; importing each registers its recipes and parts.
 from fedjax_drift.algorithms import (server_optimizers, local, fedadc, fedfor, fedgkd,
                                      feddistill, fedgen, igfl, fedprox, scaffold, feddyn,
-                                     fedcurv, fedntd, fedrs, moon, fedbn, local_only)
+                                     fedcurv, fedntd, fedrs, moon, fedbn, local_only, ditto,
+                                     fedrep, pfedme, apfl, fednova)
+from fedjax_drift.algorithms import robust, compression, dp  # aggregators, uploads, privacy
 from fedjax_drift.algorithms.parts import compose  # parts registers the 'mean' aggregator
 from fedjax_drift.algorithms import recipes
 from fedjax_drift.algorithms.recipes import Recipe
@@ -105,7 +109,8 @@ def get(name, config, model, server_data=None):
   registered component of its recipe built from the values it declares (registry.build)."""
   config = dataclasses.replace(config, algo=name)
   r = recipe(config)
-  context = dict(model=model, server_data=server_data, parts=r.parts)
+  context = dict(model=model, server_data=server_data, parts=r.parts,
+                 weighting=weighting(config))  # DP-FedAvg's fixed denominator needs uniform
   parts = [registry.build('part', p, config, **context) for p in r.parts]
   aggregator = registry.build('aggregator', r.aggregator, config, **context)
   if aggregator is not None:  # None: compose's own weighted mean
@@ -117,9 +122,35 @@ def get(name, config, model, server_data=None):
   if name == local_only.NAME:
     return local_only.local_only(model.apply, config.lr, optimizer, train_apply,
                                  config.clip_grad_norm)
-  return compose(config.algo, model.apply, config.lr, optimizer,
+  algo = compose(config.algo, model.apply, config.lr, optimizer,
                  registry.build('server', r.server, config), parts, config.clients_per_round,
                  train_apply, config.clip_grad_norm)
+  if registry.get('algorithm', name).build is None:
+    return algo
+  return registry.build('algorithm', name, config, **method_context(config, model, algo))
+
+
+def method_context(config, model, algo):
+  """What an algorithm entry's build receives besides its values: the recipe's composed
+  `algo`, the `model`, the recipe's `parts`, and `trainer(parts, optimizer=None)`, which
+  composes the same local training (local optimizer, clipping, training-mode forward) with
+  other parts and no server: a FederatedAlgorithm whose client_update is a second local run
+  (Ditto's personal model); and for methods with a local loop of their own (pFedMe, APFL) the
+  task `objective` (local.task_objective), the local `optimizer` and `clip` (None or the
+  --clip_grad_norm clipping)."""
+  train_apply = (model.train_apply if model.has_state or getattr(model, 'has_dropout', False)
+                 else None)
+
+  def trainer(parts, optimizer=None):
+    return compose(config.algo, model.apply, config.lr, optimizer or local_optimizer(config),
+                   optax.set_to_zero(), parts, config.clients_per_round, train_apply,
+                   config.clip_grad_norm)
+
+  clip = (None if local.is_off(config.clip_grad_norm)
+          else local.clip_by_global_norm(config.clip_grad_norm))
+  return dict(algo=algo, model=model, parts=recipe(config).parts, trainer=trainer,
+              objective=local.task_objective(model.apply, train_apply),
+              optimizer=local_optimizer(config), clip=clip)
 
 
 def local_optimizer_name(config) -> str:

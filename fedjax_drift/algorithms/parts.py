@@ -11,6 +11,7 @@ and an optax server optimizer; `compose` wires them into the engine's `Federated
            theta <- theta + local_optimizer(g)                     for H_i steps
            delta = theta_t - theta;   client state <- part.client_final(ctx, delta)
            upload <- part.client_upload(ctx, delta)               (read this round, not kept)
+           delta <- part.send(ctx, delta)            (DP clipping, compression; in order)
   server:  pseudo_gradient = aggregator(deltas, weights)           (default: sum p_i delta_i)
            theta <- theta + server_optimizer(pseudo_gradient)
            (theta, buffer) <- part.server_update(...)              for each part, in order
@@ -70,6 +71,11 @@ class Part(NamedTuple):
   diagnostics(buffer) -> {name: float32 scalar} merged into the round's metrics
   needs_client_deltas: server_update reads cohort.deltas, the [K, ...] stack (aggregators
     always get it); otherwise the engine streams the aggregation and keeps only the mean
+  send(ctx, delta) -> (sent, state): what the client uploads in place of its delta (DP
+    clipping, compression) and this part's new per-client state (None: keep the old one or
+    client_final's); several run in order, each on the one before's output
+  aggregate_streams: the aggregate hook reads only cohort.mean_delta (the streamed sum of
+    the sent deltas), so the engine need not stack the [K, ...] deltas for it
   """
   name: str
   init: Optional[Callable] = None
@@ -87,6 +93,8 @@ class Part(NamedTuple):
   start: Optional[Callable] = None
   diagnostics: Optional[Callable] = None
   needs_client_deltas: bool = False
+  send: Optional[Callable] = None
+  aggregate_streams: bool = False
 
 
 def tree_size(tree):
@@ -108,12 +116,8 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
   names = [p.name for p in parts]
   if len(set(names)) != len(names):
     raise ValueError(f'parts must have distinct names, got {names}')
-  aggregators = [p for p in parts if p.aggregate]
-  if len(aggregators) > 1:
-    raise ValueError(f'at most one aggregator, got {[p.name for p in aggregators]}')
-  lookaheads = [p for p in parts if p.lookahead]
-  if len(lookaheads) > 1:
-    raise ValueError(f'at most one lookahead, got {[p.name for p in lookaheads]}')
+  aggregator, lookahead_part, start_part = (_at_most_one(parts, hook)
+                                            for hook in ('aggregate', 'lookahead', 'start'))
 
   def init(params):
     return {'opt': server_optimizer.init(params),
@@ -125,8 +129,73 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
   def broadcast(params, server):
     return {p.name: p.payload(server.get(p.name), params, server) for p in parts if p.payload}
 
-  forward = train_apply or (lambda params, x, rng=None: (apply_fn(params, x), None))
+  objective = _objective(parts, train_apply or (
+      lambda params, x, rng=None: (apply_fn(params, x), None)))
 
+  def correct(grads, ctx):
+    for p in parts:
+      if p.correct:
+        grads = p.correct(grads, ctx)
+    return grads
+
+  lookahead = lookahead_part.lookahead if lookahead_part else None
+  clip = None if local.is_off(clip_grad_norm) else local.clip_by_global_norm(clip_grad_norm)
+  has_correction = any(p.correct for p in parts)
+  senders = [p for p in parts if p.send]
+
+  def client_update(params, payload, client_state, client, key):
+    # Batches draw from `key` through client.batch; parts that draw (FedGen's generator
+    # noise) fold their own tag into it with the step.
+    ctx = ClientContext(params, payload, client_state, lr, client.num_steps,
+                        client.num_examples, client.label_hist, cohort_size, apply_fn,
+                        client.batch, key)
+    return _client_update(ctx, client)
+
+  def _client_update(ctx, client):
+    theta0 = start_part.start(ctx) if start_part else ctx.global_params
+    theta, loss = local.train(theta0, client, ctx, objective, local_optimizer,
+                              lookahead, correct if has_correction else None, clip)
+    delta = jax.tree.map(jnp.subtract, ctx.global_params, theta)
+    new_state = {p.name: p.client_final(ctx, delta) for p in parts if p.client_final}
+    upload = {p.name: p.client_upload(ctx, delta) for p in parts if p.client_upload}
+    for p in senders:  # after client_final: other parts' state sees the model's own change
+      delta, state = p.send(ctx, delta)
+      if state is not None:
+        new_state[p.name] = state
+    return ClientResult(delta, {**ctx.state, **new_state}, loss, upload if upload else ())
+
+  server_update = _server_update(parts, aggregator, server_optimizer, lr, apply_fn)
+
+  def communication(params):
+    server = jax.eval_shape(init, params)
+    payload = jax.eval_shape(broadcast, params, server)
+    up = tree_size(params) + sum(p.upload(params) for p in parts if p.upload)
+    return {'down': tree_size(params) + tree_size(payload), 'up': up}
+
+  def diagnostics(server):
+    out = {}
+    for p in parts:
+      if p.diagnostics:
+        out.update(p.diagnostics(server[p.name]))
+    return out
+
+  needs_deltas = ((aggregator is not None and not aggregator.aggregate_streams)
+                  or any(p.needs_client_deltas for p in parts))
+  return FederatedAlgorithm(name, init, init_client, broadcast, client_update, server_update,
+                            communication, needs_deltas, diagnostics)
+
+
+def _at_most_one(parts, hook):
+  """The one part with `hook` set (None if none); two are a mistake in the recipe."""
+  having = [p for p in parts if getattr(p, hook)]
+  if len(having) > 1:
+    raise ValueError(f'at most one {hook} hook, got {[p.name for p in having]}')
+  return having[0] if having else None
+
+
+def _objective(parts, forward):
+  """The local objective: cross-entropy on the task logits (after the parts' logit
+  adjustments) plus every part's loss term; returns (total, (cross-entropy, model state))."""
   def objective(params, batch, ctx):
     if batch.rng is None:  # no dropout key: the forward as before the rng argument existed
       logits, model_state = forward(params, batch.x)
@@ -142,45 +211,19 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
       if p.loss:
         total = total + p.loss(params, logits, batch, ctx)
     return total, (ce, model_state)
+  return objective
 
-  def correct(grads, ctx):
-    for p in parts:
-      if p.correct:
-        grads = p.correct(grads, ctx)
-    return grads
 
-  lookahead = lookaheads[0].lookahead if lookaheads else None
-  clip = None if local.is_off(clip_grad_norm) else local.clip_by_global_norm(clip_grad_norm)
-  has_correction = any(p.correct for p in parts)
-  starts = [p for p in parts if p.start]
-  if len(starts) > 1:
-    raise ValueError(f'at most one start hook, got {[p.name for p in starts]}')
-
-  def client_update(params, payload, client_state, client, key):
-    # Batches draw from `key` through client.batch; parts that draw (FedGen's generator
-    # noise) fold their own tag into it with the step.
-    ctx = ClientContext(params, payload, client_state, lr, client.num_steps,
-                        client.num_examples, client.label_hist, cohort_size, apply_fn,
-                        client.batch, key)
-    return _client_update(ctx, client)
-
-  def _client_update(ctx, client):
-    theta0 = starts[0].start(ctx) if starts else ctx.global_params
-    theta, loss = local.train(theta0, client, ctx, objective, local_optimizer,
-                              lookahead, correct if has_correction else None, clip)
-    delta = jax.tree.map(jnp.subtract, ctx.global_params, theta)
-    new_state = {p.name: p.client_final(ctx, delta) for p in parts if p.client_final}
-    upload = {p.name: p.client_upload(ctx, delta) for p in parts if p.client_upload}
-    return ClientResult(delta, {**ctx.state, **new_state}, loss, upload if upload else ())
-
+def _server_update(parts, aggregator, server_optimizer, lr, apply_fn):
+  """The server step: the aggregator's pseudo-gradient (the weighted mean without one), the
+  server optimizer, then each part's server hook; returns (params, server[, aux])."""
   def server_update(params, server, cohort):
     new_server, aux = dict(server), ()
-    if aggregators:
-      agg = aggregators[0]
-      pseudo_gradient, buffer, *aux = agg.aggregate(cohort.deltas, cohort.weights, cohort,
-                                                    server.get(agg.name))
-      if agg.init:
-        new_server[agg.name] = buffer
+    if aggregator is not None:
+      pseudo_gradient, buffer, *aux = aggregator.aggregate(
+          cohort.deltas, cohort.weights, cohort, server.get(aggregator.name))
+      if aggregator.init:
+        new_server[aggregator.name] = buffer
     else:
       pseudo_gradient = cohort.mean_delta
     updates, new_server['opt'] = server_optimizer.update(pseudo_gradient, server['opt'], params)
@@ -190,23 +233,7 @@ def compose(name: str, apply_fn: Callable, lr: float, local_optimizer: optax.Gra
       if p.server_update:
         new_params, new_server[p.name] = p.server_update(new_params, server.get(p.name), sctx)
     return (new_params, new_server, *aux)
-
-  def communication(params):
-    server = jax.eval_shape(init, params)
-    payload = jax.eval_shape(broadcast, params, server)
-    up = tree_size(params) + sum(p.upload(params) for p in parts if p.upload)
-    return {'down': tree_size(params) + tree_size(payload), 'up': up}
-
-  def diagnostics(server):
-    out = {}
-    for p in parts:
-      if p.diagnostics:
-        out.update(p.diagnostics(server[p.name]))
-    return out
-
-  needs_deltas = bool(aggregators) or any(p.needs_client_deltas for p in parts)
-  return FederatedAlgorithm(name, init, init_client, broadcast, client_update, server_update,
-                            communication, needs_deltas, diagnostics)
+  return server_update
 
 
 
