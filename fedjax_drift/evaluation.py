@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import algorithms, engine
+from fedjax_drift import algorithms, engine, registry
 from fedjax_drift.algorithms import fedbn
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
@@ -60,15 +60,22 @@ def resolve(config) -> str:
   local = keeps_norms_local(config)
   has_splits = config.partition == 'domains' or config.test_partition == 'like_train'
   only_local = config.algo == 'local_only'
+  personal = algorithms.recipe(config).personal
   if only_local and config.eval_protocol not in ('auto', 'local'):
     raise UserError(f'--eval_protocol={config.eval_protocol}: --algo=local_only trains no '
                     'global model; its protocol is local (each client\'s own model)')
-  if config.eval_protocol == 'local' and not only_local:
-    raise UserError('--eval_protocol=local tests the clients\' own models of --algo=local_only; '
-                    f'--algo={config.algo} has a global model (use global or auto)')
+  if config.eval_protocol == 'local' and not personal:
+    raise UserError('--eval_protocol=local tests the clients\' own models of a personalised '
+                    f'algorithm ({", ".join(personal_algorithms())}); --algo={config.algo} has '
+                    'none (use global or auto)')
+  if config.eval_protocol == 'local' and not has_splits:
+    raise UserError('--eval_protocol=local tests each client on its own test split: use '
+                    '--partition=domains or --test_partition=like_train')
   if only_local:
     return 'local'
   if config.eval_protocol == 'auto':
+    if personal and has_splits:
+      return 'local'
     return 'fedbn' if local and has_splits else 'global'
   if config.eval_protocol == 'fedbn':
     if not local:
@@ -79,6 +86,17 @@ def resolve(config) -> str:
       raise UserError('--eval_protocol=fedbn tests each client on its own test split: use '
                       '--partition=domains or --test_partition=like_train')
   return config.eval_protocol
+
+
+def personal_algorithms() -> list:
+  """The --algo names whose clients keep their own models (Recipe.personal)."""
+  return [n for n, e in registry.entries('algorithm').items() if e.info.personal]
+
+
+def personal_models(algo, params, clients):
+  """Every client's own model [N, ...] (algo.personal of the global `params` and each row of
+  the per-client state `clients`), client after client."""
+  return jax.lax.map(lambda row: algo.personal(params, row), clients)
 
 
 def domain_columns(dataset) -> list:
@@ -204,7 +222,7 @@ def _make_local_validation(study):
         lambda m, s, i, y, c: jax.lax.map(
             lambda a: one_client(a, inputs['source']),
             (m, i, exp.scenario.relabel(s, y), c)),
-        (state.clients['local_only']['params'], state.scenario, inputs['index'], inputs['y'],
+        (_own_models(exp.algo, state), state.scenario, inputs['index'], inputs['y'],
          inputs['count']), study.width)
     present = (inputs['count'] > 0).astype(jnp.float32)
     n = jnp.maximum(present.sum(-1), 1)
@@ -372,9 +390,15 @@ def _with_client_columns(study, test):
   return test._replace(evaluate=jax.jit(both), inputs={'test': test.inputs, 'clients': inputs})
 
 
+def _own_models(algo, state):
+  """Every run's clients' own models [R, N, ...] (algo.personal), from a state stacked on the
+  run axis."""
+  return jax.vmap(lambda p, c: personal_models(algo, p, c))(state.params, state.clients)
+
+
 def _make_local(study) -> Evaluator:
-  """--eval_protocol=local (--algo=local_only): client i's own model theta_i (per-client state
-  state.clients['local_only']['params']) on its own test split; the run's accuracy and loss
+  """--eval_protocol=local (a personalised algorithm: local_only, Ditto, ...): client i's own
+  model (algo.personal: local_only's theta_i, Ditto's v_i) on its own test split; the run's accuracy and loss
   are the unweighted means over the clients that hold test examples, with CLIENT_COLUMNS[:3]
   from the same numbers, and global_test_mean_accuracy the mean over clients of each model's
   accuracy on the whole test set. Clients go one after another (lax.map), each split in
@@ -421,7 +445,7 @@ def _make_local(study) -> Evaluator:
   def all_runs(state, inputs):
     loss, acc, whole = engine.over_runs(
         lambda m, s, i, c: one_run(m, s, i, c, inputs['x'], inputs['y']),
-        (state.clients['local_only']['params'], state.scenario, inputs['index'],
+        (_own_models(exp.algo, state), state.scenario, inputs['index'],
          inputs['count']), study.width)
     stats = client_summary(acc, inputs['count'])
     present = (inputs['count'] > 0).astype(jnp.float32)

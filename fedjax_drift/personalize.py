@@ -13,24 +13,12 @@ import optax
 
 from fedjax_drift import engine
 from fedjax_drift.algorithms import fedadc, fedprox, local
+from fedjax_drift.algorithms.fedrep import head_labels  # the last layer, as FedRep's head
 from fedjax_drift.algorithms.parts import ClientContext
 from fedjax_drift.data import federated
 from fedjax_drift.data.pipeline import Pipeline, preprocess
 from fedjax_drift.state import Client
 from fedjax_drift import registry
-
-
-def head_labels(params):
-  """'train' for the last layer's leaves (the classifier), 'freeze' for the rest."""
-  if 'batch_stats' in params:  # a BatchNorm model: {'params': ..., 'batch_stats': ...}
-    return {'params': head_labels(params['params']),
-            'batch_stats': jax.tree.map(lambda _: 'freeze', params['batch_stats'])}
-  keys = list(params)
-  if 'classifier' in params:  # zoo.WithProjection: the output layer after the projection
-    return {k: jax.tree.map(lambda _, k=k: 'train' if k == 'classifier' else 'freeze', v)
-            for k, v in params.items()}
-  return {k: jax.tree.map(lambda _, k=k: 'train' if k == keys[-1] else 'freeze', v)
-          for k, v in params.items()}
 
 
 def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,

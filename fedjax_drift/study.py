@@ -15,6 +15,7 @@ cohort size, variants, buffer sizes) are static and cannot be gridded. A zero th
 part off (e.g. --prox_mu=0) skips the part when static; gridded, the part runs with weight 0.
 """
 import dataclasses
+import json
 import os
 from typing import Any, NamedTuple
 
@@ -25,6 +26,8 @@ import numpy as np
 from fedjax_drift import (algorithms, applies, engine, errors, evaluation, models, saved,
                           schedules)
 from fedjax_drift import diagnostics
+from fedjax_drift import unreliable
+from fedjax_drift import registry
 from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
 from fedjax_drift.data import domains, federated, partitions, scenarios, sources
 from fedjax_drift.data import pipeline as input_pipeline
@@ -113,6 +116,7 @@ class _Shared(NamedTuple):
   x: jax.Array   # the training examples on the device, once for every run (then x_val's)
   norm: Any = None  # data/pipeline.Normalization (--normalize*), computed once, or None
   y: np.ndarray = None  # labels of x's rows: y_train (then y_val)
+  cohorts: Any = None  # --cohorts=file:: [rounds, K] client ids, one row per round, or None
 
 
 def _load(config) -> _Shared:
@@ -125,7 +129,50 @@ def _load(config) -> _Shared:
   input_pipeline.check(config, dataset.x_train)
   x, y = _with_own_validation(config, dataset)
   return _Shared(dataset, jnp.asarray(x),
-                 input_pipeline.normalization(config, dataset.x_train), y)
+                 input_pipeline.normalization(config, dataset.x_train), y,
+                 read_cohorts(config.cohorts[5:], config.rounds, config.clients_per_round)
+                 if config.cohorts else None)
+
+
+def read_cohorts(path, rounds, cohort_size):
+  """--cohorts=file:PATH: a JSON list of one list of client ids per round.
+
+  Args: the file's path; --rounds (the file needs at least that many lists; later ones are
+  ignored); --clients_per_round K (every list holds K distinct ids).
+  Returns: an int32 array [len(file), K]. Ids are checked against the partition's client
+  count in `check_cohorts` once it is known.
+  """
+  flag = f'--cohorts=file:{path}'
+  if not os.path.isfile(path):
+    raise UserError(f'{flag}: file does not exist')
+  try:
+    with open(path) as f:
+      raw = json.load(f)
+  except (OSError, ValueError) as e:
+    raise UserError(f'{flag}: not valid JSON ({e})') from None
+  if not isinstance(raw, list) or not all(isinstance(c, list) for c in raw):
+    raise UserError(f'{flag}: expected a JSON list of client-id lists, one per round')
+  if len(raw) < rounds:
+    raise UserError(f'{flag}: {len(raw)} cohorts for --rounds={rounds}; give one per round')
+  for t, c in enumerate(raw):
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in c):
+      raise UserError(f'{flag}: round {t}\'s cohort holds a value that is not a client id '
+                      '(an int >= 0)')
+    if len(c) != cohort_size:
+      raise UserError(f'{flag}: round {t}\'s cohort has {len(c)} clients, '
+                      f'--clients_per_round={cohort_size}; make them agree')
+    if len(set(c)) != len(c):
+      raise UserError(f'{flag}: round {t}\'s cohort names a client twice')
+  return np.asarray(raw, np.int32).reshape(len(raw), cohort_size)
+
+
+def check_cohorts(config, cohorts, num_clients):
+  """UserError unless every id of --cohorts' file is one of the partition's num_clients."""
+  if cohorts is not None and cohorts.size and int(cohorts.max()) >= num_clients:
+    t = int(np.argmax(cohorts.max(axis=1) >= num_clients))
+    raise UserError(f'--cohorts={config.cohorts}: round {t}\'s cohort names client '
+                    f'{int(cohorts[t].max())}, but --partition={config.partition} has '
+                    f'{num_clients} clients (ids 0..{num_clients - 1})')
 
 
 def _with_own_validation(config, dataset):
@@ -271,7 +318,8 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
                      algorithms.projection_dim(config), conv_impl=conv_impl,
                      projection_hidden=config.projection_hidden, dropout=config.dropout,
                      gn_groups=config.gn_groups, gn_group_size=config.gn_group_size,
-                     vocab_size=ds.vocab_size, pretrained=config.pretrained)
+                     vocab_size=ds.vocab_size, pretrained=config.pretrained,
+                     gn_eps=config.gn_eps)
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
   scenario = scenarios.from_config(config, ds)
@@ -293,8 +341,9 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
                     f'--algo={config.algo}\'s per-client state would never be used; pick a '
                     'stateless algorithm')
   pipeline = input_pipeline.from_config(config, shared.norm, getattr(model, "has_dropout", False))
+  check_cohorts(config, shared.cohorts, len(train_parts))
   round_fn = scheduled_round(config, model, server_data, schedule, max_local_steps, chunk,
-                             scenario, pipeline)
+                             scenario, pipeline, cohorts=shared.cohorts)
   return Experiment(config, ds, train_parts, test_parts, model, algo, data, state, round_fn,
                     schedule, max_local_steps, chunk, strategy, server_data, scenario,
                     pipeline, validation)
@@ -307,7 +356,8 @@ def target_choices(config: Config, platform=None):
   so a program can be built and lowered for an accelerator on a host without one."""
   if platform is None or platform == jax.default_backend():
     return config.conv_impl, jax.default_backend()
-  convolves = models.MODELS.get(config.model, (None, ''))[1] == 'conv'
+  entry = registry.find('model', config.model)  # unknown: models.get says so
+  convolves = entry is not None and entry.info == 'conv'
   return (models.layers.resolve_conv_impl(config.conv_impl, backend=platform,
                                           convolves=convolves), platform)
 
@@ -389,6 +439,8 @@ def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
   diag = diagnostics.step_inputs(experiments[0])
   if diag is not None:  # shared by every run (no run axis); absent, the step is as without
     inputs['diag'] = diag
+  if shared.cohorts is not None:  # --cohorts=file:, the same for every run (no run axis)
+    inputs['cohorts'] = jnp.asarray(shared.cohorts)
   max_local_steps = max(e.max_local_steps for e in experiments)
   step = _make_step(runs[0].config, experiments[0], max_local_steps, width)
   return Study(config, runs, experiments, traced, width,
@@ -397,11 +449,12 @@ def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
 
 
 def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk, scenario,
-                    pipeline, client_probe=None):
+                    pipeline, client_probe=None, cohorts=None):
   """round_fn(state, data) -> (state, metrics) of one run. The algorithm is built inside the
   trace at the round's client learning rate (schedules.py: --lr_schedule at state.round), so
   a schedule costs the host nothing and a resume continues it exactly; with a constant
-  schedule the config is untouched and the program is the unscheduled one."""
+  schedule the config is untouched and the program is the unscheduled one. cohorts: see
+  engine.make_round (--cohorts=file:), or None to sample."""
 
   def round_fn(state, data):
     at_round = schedules.at_round(config, state.round)
@@ -409,7 +462,9 @@ def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk
     state, metrics = engine.make_round(
         algo, schedule, max_local_steps, at_round.clients_per_round,
         algorithms.weighting(at_round), chunk, at_round.cohort_sampler, at_round.devices,
-        scenario, pipeline, client_probe, config.diag_attention)(state, data)
+        scenario, pipeline, client_probe, config.diag_attention, cohorts,
+        unreliable.from_values(at_round.dropout_prob, at_round.straggler_frac,
+                               at_round.straggler_min_steps))(state, data)
     return state, {**metrics, **schedules.diagnostics(at_round)}
 
   return round_fn
@@ -419,21 +474,23 @@ def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
   """(state, data, inputs) -> (state, metrics) for every run: each run's algorithm is built
   inside the trace from its traced hyperparameters and server data."""
 
-  def one_run(state, index, count, hist, run_inputs, data, probe):
+  def one_run(state, index, count, hist, run_inputs, data, probe, cohorts):
     config = dataclasses.replace(base, **run_inputs['hp'])
     round_fn = scheduled_round(config, exp.model, run_inputs['server_data'], exp.schedule,
-                               max_local_steps, exp.chunk, exp.scenario, exp.pipeline, probe)
+                               max_local_steps, exp.chunk, exp.scenario, exp.pipeline, probe,
+                               cohorts)
     return round_fn(state, data._replace(client_index=index, client_count=count,
                                          label_hist=hist))
 
   def step(state, data, inputs):
     inputs = dict(inputs)
     diag = inputs.pop('diag', None)
+    cohorts = inputs.pop('cohorts', None)  # every run's: not mapped over the run axis
     # Every run has done the same rounds: state.round[0] is one unbatched scalar, so the
     # probe's lax.cond stays a branch under the vmap over runs.
     probe = None if diag is None else diagnostics.client_probe(exp, state.round[0], diag)
     return engine.over_runs(
-        lambda s, i, c, h, r: one_run(s, i, c, h, r, data, probe),
+        lambda s, i, c, h, r: one_run(s, i, c, h, r, data, probe, cohorts),
         (state, data.client_index, data.client_count, data.label_hist, inputs), width)
 
   return step

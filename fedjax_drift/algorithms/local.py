@@ -64,6 +64,25 @@ def train(params, client, ctx, objective, optimizer, lookahead=None, correct=Non
   return theta, loss_sum / jnp.maximum(client.num_steps, 1)
 
 
+def task_objective(apply_fn, train_apply=None):
+  """objective(params, batch, ctx) -> (loss, (ce, model_state)) for `train`: the masked mean
+  cross-entropy alone, as parts.compose builds it for an algorithm without local terms.
+  train_apply(params, x, rng=None) -> (logits, model state or None) is the training-mode
+  forward (BatchNorm statistics, dropout); default: apply_fn with no state."""
+  forward = train_apply or (lambda params, x, rng=None: (apply_fn(params, x), None))
+
+  def objective(params, batch, ctx):
+    del ctx
+    if batch.rng is None:
+      logits, model_state = forward(params, batch.x)
+    else:
+      logits, model_state = forward(params, batch.x, batch.rng)
+    ce = masked_mean(cross_entropy(logits, batch.y), batch.mask)
+    return ce, (ce, model_state)
+
+  return objective
+
+
 def _at_step(ctx, step):
   """ctx with the local step it is read at (parts.ClientContext.step), when it has the field."""
   return ctx._replace(step=step) if 'step' in getattr(ctx, '_fields', ()) else ctx

@@ -58,10 +58,11 @@ def local_only(apply_fn, lr, local_optimizer, train_apply=None, clip_grad_norm=0
 
   return trainer._replace(client_update=client_update, server_update=server_update,
                           communication=lambda params: {'down': 0, 'up': 0},
-                          needs_client_deltas=False)
+                          needs_client_deltas=False,
+                          personal=lambda params, client_state: client_state[NAME]['params'])
 
 
 # --- Registration -----------------------------------------------------------------------------
-algorithm(NAME, Recipe(weighting_source='none: nothing is aggregated',
+algorithm(NAME, Recipe(weighting_source='none: nothing is aggregated', personal=True,
                         summary='each client trains alone on its own data, no communication '
                         '(needs --test_partition=like_train)'))

@@ -19,6 +19,7 @@ class Recipe(NamedTuple):
   summary: str = ''
   projection: bool = False     # the model gets a projection head before its output layer
   local_optimizer: str = ''    # a registry 'local_optimizer' entry; '' = --local_optimizer
+  personal: bool = False       # clients keep their own models (--eval_protocol=local tests them)
 
 
 MCMAHAN = 'McMahan et al. 2017, FedAvg: n_k/n'
@@ -26,10 +27,12 @@ INHERITS = 'inherits FedAvg\'s n_k/n averaging'  # the baselines, as the papers 
 REDDI = 'Reddi et al. 2021, Alg. 2: (1/|S|) sum'
 
 
-def algorithm(name, recipe: Recipe, reads=()):
+def algorithm(name, recipe: Recipe, reads=(), build=None):
   """Registers --algo=name as `recipe`; `reads`: fields the recipe itself reads (IGFL's
-  --attention, the query of its 'attention' aggregator)."""
-  registry.register('algorithm', name, recipe.summary, reads=reads, info=recipe)
+  --attention, the query of its 'attention' aggregator). build(values, algo, trainer, model,
+  parts) -> FederatedAlgorithm, when given, turns the recipe's composed algorithm `algo` into
+  the method (a personalised client update: Ditto, FedRep); see algorithms.get."""
+  registry.register('algorithm', name, recipe.summary, reads=reads, build=build, info=recipe)
 
 
 def get(name) -> Recipe:
