@@ -24,7 +24,7 @@ def _absolute_flag(name, value):
     return os.path.abspath(value)
   if name == 'dataset' and value.startswith('hf:') and os.path.isdir(value[3:]):
     return 'hf:' + os.path.abspath(value[3:])  # a save_to_disk folder, not a hub name
-  if name == 'partition' and value.startswith('file:'):
+  if name in ('partition', 'cohorts') and value.startswith('file:'):
     return 'file:' + os.path.abspath(value[5:])
   if name in ('data_dir', 'save_params', 'out', 'init_params'):
     return os.path.abspath(value)
@@ -32,14 +32,15 @@ def _absolute_flag(name, value):
 
 
 def absolute_flags(values: dict) -> dict:
-  """{flag: value} with the paths of --dataset=npz: and text:, --partition=file:, --data_dir,
-  --save_params, --init_params, --tokenizer, --pretrained and --out made absolute."""
+  """{flag: value} with the paths of --dataset=npz: and text:, --partition=file:,
+  --cohorts=file:, --data_dir, --save_params, --init_params, --tokenizer, --pretrained and
+  --out made absolute."""
   return {k: _absolute_flag(k, v) for k, v in values.items()}
 
 
 def absolutize(config):
   """The Config with every path flag absolute (see absolute_flags)."""
-  names = ('dataset', 'partition', 'data_dir', 'save_params', 'out', 'init_params',
+  names = ('dataset', 'partition', 'cohorts', 'data_dir', 'save_params', 'out', 'init_params',
            'tokenizer', 'pretrained')
   return dataclasses.replace(config, **absolute_flags({n: getattr(config, n) for n in names
                                                        if hasattr(config, n)}))
@@ -47,12 +48,14 @@ def absolutize(config):
 
 def input_files(config) -> list:
   """[(flag, absolute path)] of every file the run reads: dataset files, partition file,
-  --init_params, --tokenizer's and --pretrained's files."""
+  cohorts file, --init_params, --tokenizer's and --pretrained's files."""
   flag = '--data_dir' if config.data_dir and not config.dataset.startswith('npz:') \
       else '--dataset'
   files = [(flag, p) for p in sources.dataset_files(config.dataset, config.data_dir)]
   if config.partition.startswith('file:'):
     files.append(('--partition', config.partition[5:]))
+  if getattr(config, 'cohorts', '').startswith('file:'):
+    files.append(('--cohorts', config.cohorts[5:]))
   if getattr(config, 'init_params', ''):
     files.append(('--init_params', config.init_params))
   if getattr(config, 'tokenizer', 'auto') not in ('', 'auto'):  # text: the tokenizer's files
