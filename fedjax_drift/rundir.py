@@ -495,18 +495,57 @@ class Lock:
     self.release()
 
 
+def output_lock_path(path) -> str:
+  """The lock file beside an output written outside the run directory (--save_params):
+  `.NAME.lock` in the same folder, there only while a run holds it."""
+  folder, name = os.path.split(os.path.abspath(path))
+  return os.path.join(folder, f'.{name}.lock')
+
+
 @contextlib.contextmanager
-def claimed(run_dir):
-  """Creates run_dir if needed and holds its Lock. If the block fails and this call created
-  the directory, the directory is removed again when still empty (a refused run leaves no
-  trace)."""
+def output_claimed(path, flag):
+  """Holds an exclusive flock on output_lock_path(path) over the block, so that two runs
+  started at once with the same output file do not both write it (the later one silently
+  replacing the earlier's, both records claiming it): the second gets a UserError naming
+  `flag` at once. The lock file is removed after the block; one left by a killed run holds
+  nothing (the kernel dropped its flock) and is reused."""
+  if not path:
+    yield
+    return
+  lock = output_lock_path(path)
+  try:
+    fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
+  except OSError as e:
+    raise UserError(f'{flag}: cannot create {lock} ({os.strerror(e.errno)})') from None
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+      if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+        raise UserError(f'{flag} is being written by another fedjax-drift run; wait for it to '
+                        'finish or pick another file') from None
+      raise
+    try:
+      yield
+    finally:
+      with contextlib.suppress(OSError):
+        os.unlink(lock)  # before the flock drops: a waiting run then makes its own
+  finally:
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def claimed(run_dir, save_params=''):
+  """Creates run_dir if needed and holds its Lock (and output_claimed(save_params)). If the
+  block fails and this call created the directory, the directory is removed again when still
+  empty (a refused run leaves no trace)."""
   created = not os.path.exists(run_dir)
   try:
     os.makedirs(run_dir, exist_ok=True)
   except OSError as e:
     raise UserError(f'--out={run_dir}: cannot create it ({os.strerror(e.errno)})') from None
   try:
-    with Lock(run_dir) as lock:
+    with Lock(run_dir) as lock, output_claimed(save_params, f'--save_params={save_params}'):
       yield lock
   except BaseException:
     if created and os.path.isdir(run_dir) and not os.listdir(run_dir):

@@ -75,8 +75,12 @@ def _run(config, log):
   interrupts.describe(lambda signum: interrupts.message(
       run_dir, bool(results.checkpoint_rounds(run_dir)), signum))  # for a hard exit (the CLI)
   try:
-    with (rundir.claimed(run_dir) if distributed.is_writer()  # one writer, loading to the end
+    with (rundir.claimed(run_dir, config.save_params) if distributed.is_writer()  # one writer, loading to the end
           else contextlib.nullcontext()):
+      if distributed.is_writer():
+        # Again, now that --save_params is ours: the run that held it may have written it.
+        rundir.check_save_params(config.save_params, run_dir, _input_paths(config),
+                                 config.overwrite, config.resume)
       log(f'fedjax-drift: {config.algo}, {len(runs)} run(s): loading data and compiling...')
       fingerprint = inputs.fingerprint(config)  # of the bytes read: taken before, checked after
       study = distributed.place(build(config, runs, _preflight(config, runs)))
@@ -149,16 +153,31 @@ def _compile(study: Study) -> Compiled:
   """Compiles the segment ahead of time and refuses what XLA says cannot fit."""
   cfg = study.config
   t = time.perf_counter()
-  options = engine.compiler_options(study.experiments[0].model.family == 'conv')
-  segment = engine.make_segment(study.step, cfg.eval_every,
-                                distributed.segment_shardings(study), options).lower(
-      study.state, study.data, study.inputs, jnp.int32(1)).compile()
+  segment = segment_program(study).lower(study.state, study.data, study.inputs,
+                                         jnp.int32(1)).compile()
   compile_s = time.perf_counter() - t
   need = estimated_memory(segment)
   _check_memory(cfg, need, f'XLA\'s estimate for one segment of {len(study.runs)} run(s)',
                 f'lower --run_chunk, --cohort_chunk (now {study.experiments[0].chunk}), '
                 '--clients_per_round or --batch_size')
   return Compiled(segment, _make_evaluator(study), compile_s, need)
+
+
+def segment_program(study: Study, platform=None):
+  """The study's segment program (engine.make_segment: jitted, not yet lowered) with the XLA
+  options for `platform` (None: this process's backend)."""
+  options = engine.compiler_options(study.experiments[0].model.family == 'conv', platform)
+  return engine.make_segment(study.step, study.config.eval_every,
+                             distributed.segment_shardings(study), options)
+
+
+def lower_segment(study: Study, platform: str):
+  """The study's segment lowered for `platform` ('cuda', 'rocm', 'tpu', 'cpu'), which need
+  not be present: jax lowers a traced program for any platform it knows (its StableHLO text
+  shows every custom call the program makes there). Build the study for the same platform
+  (study.build(..., platform=)) so that its 'auto' choices are that platform's."""
+  return segment_program(study, platform).trace(
+      study.state, study.data, study.inputs, jnp.int32(1)).lower(lowering_platforms=(platform,))
 
 
 def _check_memory(cfg, need, what, advice):
@@ -405,7 +424,8 @@ class _Progress:
       clients = {k: float(result[k][r]) for k in evaluation.CLIENT_COLUMNS if k in result}
       self.eval_rows.append({'run': r, 'round': done, 'test_accuracy': float(accs[r]),
                              'test_loss': float(losses[r]), 'best_accuracy': self.best[r],
-                             **val, **clients, **domains, 'elapsed_s': elapsed})
+                             **val, **clients, **domains,
+                             **results.carried(self.round_rows, r, done), 'elapsed_s': elapsed})
 
 
 def _loop(study, compiled, out, log):
