@@ -26,6 +26,10 @@ from fedjax_drift import algorithms, metrics, personalize, report, stats, tensor
 from fedjax_drift.data import federated
 from fedjax_drift.errors import DivergenceError
 
+# Per-round values that describe the run so far (rounds.csv): each evaluation's row of
+# metrics.csv carries the value of its round, and the summary the last one as final_<name>.
+CARRIED_COLUMNS = ('dp_epsilon',)
+
 SHIFT_COLUMNS = ('run', 'seed', 'round', 'kind', 'classes', 'pre_shift_accuracy', 'best_since',
                  'mean_since', 'evaluations_since', 'until_round', 'rounds_to_recover')
 
@@ -110,6 +114,15 @@ def grid_summaries(points, per_run, validation=False) -> list:
 
 # One run's results.
 
+def carried(round_rows, run, round_) -> dict:
+  """{column: value} of the CARRIED_COLUMNS in `run`'s rounds.csv row of round `round_` (the
+  rows are in round order; {} when there is none, e.g. at round 0)."""
+  for row in reversed(round_rows):
+    if row['run'] == run and row['round'] == round_:
+      return {k: row[k] for k in CARRIED_COLUMNS if k in row}
+  return {}
+
+
 def run_summary(study, prog, spec) -> dict:
   """summary.json's entry (and runs.csv's row) of the run `spec`: seed, grid values, status
   and, from the host loop's record `prog` (its eval_rows, round_rows and diverged runs), the
@@ -132,6 +145,8 @@ def run_summary(study, prog, spec) -> dict:
                                            [r['test_accuracy'] for r in rows],
                                            [r['val_accuracy'] for r in rows], cfg.rounds))
   domains = {k: v for k, v in rows[-1].items() if k.startswith('acc_domain_')}
+  result.update({f'final_{k}': v for k, v in
+                 carried(prog.round_rows, spec.index, rows[-1]['round']).items()})
   if domains:  # metrics.csv has every evaluation's; the summary keeps the final ones
     result['final_domain_accuracy'] = domains
   if cfg.scenario == 'concept_shift':
@@ -237,7 +252,9 @@ def write(run_dir, cfg, summary_, per_run, log):
 def write_metrics(run_dir, prog):
   """metrics.csv and rounds.csv from the host loop's record `prog`, its diagnostics' files,
   and with --tensorboard the rows added since the last call."""
-  report.write_csv(os.path.join(run_dir, 'metrics.csv'), prog.eval_rows)
+  # round 0's rows have no CARRIED_COLUMNS yet: the header is every row's keys, in order
+  report.write_csv(os.path.join(run_dir, 'metrics.csv'), prog.eval_rows,
+                   list(dict.fromkeys(k for row in prog.eval_rows for k in row)))
   report.write_csv(os.path.join(run_dir, 'rounds.csv'), prog.round_rows)
   if prog.diag:
     prog.diag.write()

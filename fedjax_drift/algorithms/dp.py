@@ -97,10 +97,11 @@ def dp_gaussian(clip, noise_multiplier, delta, rounds):
     if std:
       noise = gaussian_noise(pseudo, std, jax.random.fold_in(cohort.key, _NOISE_TAG))
       pseudo = jax.tree.map(jnp.add, pseudo, noise)
-    table = jnp.asarray(epsilons(cohort.num_clients, k, noise_multiplier, delta, rounds),
-                        jnp.float32)
+    # epsilon after t rounds for t <= --rounds, then nan: the table ends at the run's rounds
+    table = jnp.asarray(np.append(epsilons(cohort.num_clients, k, noise_multiplier, delta,
+                                           rounds), np.nan), jnp.float32)
     done = buffer['rounds'] + 1
-    return pseudo, {'rounds': done, 'epsilon': table[jnp.minimum(done, rounds)]}
+    return pseudo, {'rounds': done, 'epsilon': table[jnp.minimum(done, rounds + 1)]}
 
   def init(params):
     del params
