@@ -27,6 +27,7 @@ import warnings
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from fedjax_drift import engine
@@ -102,6 +103,10 @@ def setup(config, log=print):
   if not wanted(config) and not jax.distributed.is_initialized():
     return config
   if not jax.distributed.is_initialized():
+    # JAX's pre-emption service would take SIGTERM from the Python handler (interrupts.py)
+    # and only tell the processes, which never ask (the run trained on): off, a SIGTERM
+    # stops its process with one line and the others end with peerwatch's line.
+    jax.config.update('jax_enable_preemption_service', False)
     if jax.config.jax_cpu_collectives_implementation in (None, '', 'none'):
       jax.config.update('jax_cpu_collectives_implementation', 'gloo')  # CPU all-reduce
     watch_stderr(config.process_id)
@@ -255,7 +260,6 @@ def is_writer() -> bool:
 def barrier(name):
   """Every process waits here for the others (a no-op on one process)."""
   if active():
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     multihost_utils.sync_global_devices(name)
 
 
