@@ -12,7 +12,10 @@ oneDNN's forward, backward-data and backward-weights convolutions directly:
   oneDNN or source builds anew, and one directory can serve any number of processes (the tests
   share one per session): a build holds a lock on the directory, so concurrent processes
   compile once, and it is written under a temporary name and renamed, so no process ever
-  loads a partial file. The core install needs neither a compiler nor oneDNN.
+  loads a partial file. Its sha256 is written beside it (NAME.so.sha256) and checked before
+  every load: a library truncated or overwritten later (a full disk, a copy cut short) is
+  built again, with one line, and never loaded (a truncated one dies with a bus error); one
+  that is whole but does not load is built again once. The core install needs neither a compiler nor oneDNN.
 - `conv(x, kernel, strides, padding)` is a `jax.custom_vjp` whose forward and both gradients
   are custom calls (and so are their own gradients), so it works under jit, grad, lax.scan and
   vmap. Under vmap the calls get the vmapped axes as leading axes (`vmap_method=
@@ -108,8 +111,10 @@ def _library_path(compiler, include, libdir):
   return os.path.join(cache_dir(), f'onednn_conv-{h.hexdigest()[:16]}.so')
 
 
-def build():
-  """Builds the extension if needed; returns its path. Raises RuntimeError saying why not."""
+def build(again=''):
+  """Builds the extension if needed (absent, or not intact(): rebuilt with one line on
+  stderr); returns its path. again: why the cached library must be built again although it
+  is intact (it did not load). Raises RuntimeError saying why there is none."""
   if platform.system() != 'Linux' or platform.machine().lower() not in ('x86_64', 'amd64'):
     raise RuntimeError(f'the oneDNN extension is built for x86-64 Linux only, not '
                        f'{platform.system()} {platform.machine()}')
@@ -122,7 +127,7 @@ def build():
   if compiler is None:
     raise RuntimeError('no C++ compiler (g++) to build the oneDNN extension with')
   path = _library_path(compiler, *found)
-  if os.path.exists(path):
+  if not again and intact(path):
     return path
   os.makedirs(os.path.dirname(path), exist_ok=True)
   import fcntl  # pylint: disable=g-import-not-at-top  (POSIX only; this is Linux, see above)
@@ -130,9 +135,31 @@ def build():
   # concurrent processes do not each spend the compile on a 2-core machine.
   with open(os.path.join(os.path.dirname(path), '.build.lock'), 'w') as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-    if not os.path.exists(path):
+    if again or not intact(path):
+      if os.path.exists(path):  # truncated, overwritten, or from before the checksums
+        sys.stderr.write(f'note: the oneDNN extension {path} is damaged ('
+                         f'{again or "it does not match its checksum"}); building it again\n')
       _compile(compiler, found, path)
   return path
+
+
+def _sha256(path):
+  h = hashlib.sha256()
+  with open(path, 'rb') as f:
+    for chunk in iter(lambda: f.read(1 << 20), b''):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def intact(path) -> bool:
+  """Whether the library at `path` is there and whole: its sha256 equals the one _compile
+  wrote beside it (PATH.sha256). A truncated library would die with a bus error when loaded
+  (exit 135, no message) and a garbage one would not load: neither is ever loaded."""
+  try:
+    with open(path + '.sha256', encoding='ascii') as f:
+      return _sha256(path) == f.read().strip()
+  except (OSError, UnicodeDecodeError):
+    return False
 
 
 def _compile(compiler, found, path):
@@ -147,10 +174,17 @@ def _compile(compiler, found, path):
       tail = (' | '.join(done.stderr.strip().splitlines()[-3:])[-300:] or
               f'{compiler} exited with status {done.returncode}')
       raise RuntimeError(f'building the oneDNN extension failed: {tail}')
+    digest = tmp + '.sha256'
+    with open(digest, 'w', encoding='ascii') as f:
+      f.write(_sha256(tmp) + '\n')
+    # The checksum first: a process that reads it before the library is in place sees a
+    # mismatch and waits for the build lock, which this build holds.
+    os.replace(digest, path + '.sha256')
     os.replace(tmp, path)
   finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+    for leftover in (tmp, tmp + '.sha256'):
+      if os.path.exists(leftover):
+        os.remove(leftover)
 
 
 def _load():
@@ -162,7 +196,11 @@ def _load():
       if jax.default_backend() != 'cpu':
         raise RuntimeError(f'oneDNN convolutions run on the CPU backend only, not '
                            f'{jax.default_backend()}')
-      lib = ctypes.CDLL(build())
+      path = build()
+      try:
+        lib = ctypes.CDLL(path)
+      except OSError as e:  # intact yet unloadable (written whole by something else): once
+        lib = ctypes.CDLL(build(again=f'it does not load: {str(e).splitlines()[0][-200:]}'))
       for symbol in TARGETS.values():
         jax.ffi.register_ffi_target(symbol, jax.ffi.pycapsule(getattr(lib, symbol)),
                                     platform='cpu')
