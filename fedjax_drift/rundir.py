@@ -362,6 +362,19 @@ def enclosing_run(path):
     here = parent
 
 
+def is_method_dir(outer, run_dir) -> bool:
+  """Whether run_dir is one method's directory directly inside `outer`, a run of
+  --grid='algo:...' (methods.py), whose config.json lists that method."""
+  if os.path.dirname(os.path.abspath(run_dir)) != os.path.abspath(outer):
+    return False
+  try:
+    saved = read_json(os.path.join(outer, 'config.json'))
+  except (OSError, ValueError):
+    return False
+  listed = saved.get('_resolved', {}).get('methods', ()) if isinstance(saved, dict) else ()
+  return os.path.basename(os.path.abspath(run_dir)) in listed
+
+
 def check_length(path, flag, reserve=0):
   """UserError unless `path` (absolute) plus `reserve` more characters, and each of its
   components, fit the file system's limits."""
@@ -413,7 +426,7 @@ def check_out(run_dir, resume, overwrite, inputs=()):
   check_length(os.path.join(run_dir, 'x'), flag,
                max(RESERVED_PATH_CHARS, report.TEMP_NAME_LEN))
   outer = enclosing_run(run_dir)
-  if outer:
+  if outer and not is_method_dir(outer, run_dir):
     raise UserError(f'{flag} lies inside the run directory {outer}; pick a path outside it')
   for path in inputs:
     if os.path.dirname(os.path.realpath(path)) == os.path.realpath(run_dir) and \

@@ -8,6 +8,7 @@ for one run and for many), are results.py's.
 """
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
 import sys
@@ -20,7 +21,7 @@ import numpy as np
 
 from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, hardware, inputs,
                           interrupts, models, report, results, rundir)
-from fedjax_drift import compile_cache, diagnostics
+from fedjax_drift import compile_cache, diagnostics, host_state, methods
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -54,6 +55,8 @@ def run(config: Config, log=print) -> dict:
   in config.out from their latest checkpoint. Raises DivergenceError when every run diverged,
   and interrupts.Interrupted (a KeyboardInterrupt) on SIGINT, SIGTERM or SIGHUP.
   """
+  if methods.is_methods_run(config):  # --grid='algo:...': one study per method (methods.py)
+    return methods.run_all(config, log, run)
   # The precision applies where programs are traced, so it covers every compiled piece.
   with interrupts.guard(), jax.default_matmul_precision(config.matmul_precision):
     return _run(config, log)  # a signal is never lost, even in a gc callback (interrupts.py)
@@ -153,13 +156,18 @@ def _compile(study: Study) -> Compiled:
   """Compiles the segment ahead of time and refuses what XLA says cannot fit."""
   cfg = study.config
   t = time.perf_counter()
-  segment = segment_program(study).lower(study.state, study.data, study.inputs,
+  host = host_state.enabled(cfg)
+  state = host_state.device_state(study.state, cfg.clients_per_round) if host else study.state
+  segment = segment_program(study).lower(state, study.data, study.inputs,
                                          jnp.int32(1)).compile()
   compile_s = time.perf_counter() - t
   need = estimated_memory(segment)
   _check_memory(cfg, need, f'XLA\'s estimate for one segment of {len(study.runs)} run(s)',
                 f'lower --run_chunk, --cohort_chunk (now {study.experiments[0].chunk}), '
                 '--clients_per_round or --batch_size')
+  if host:  # one round per call, the cohort's rows copied in and out (host_state.py)
+    cohort_fn = host_state.cohort_program(cfg)
+    segment = functools.partial(host_state.run_round, segment, cohort_fn)
   return Compiled(segment, _make_evaluator(study), compile_s, need)
 
 
@@ -198,7 +206,9 @@ def _preflight(cfg, runs):
   (FedDyn, ResNet-18, 1,000 clients: 45 GB) it is what cannot fit."""
   def check(need, client_state):
     table = ''
-    if client_state:
+    if host_state.enabled(cfg):  # the table is in host memory: check it there
+      _check_host_table(cfg, client_state * len(runs))
+    elif client_state:
       table = (f'; the per-client state of --algo={cfg.algo} alone is '
                f'{_size(client_state)} per run ({cfg.num_clients:,} clients x '
                f'{_size(client_state / cfg.num_clients)})')
@@ -206,6 +216,20 @@ def _preflight(cfg, runs):
                   f'from their shapes, before compiling{table}', 'fewer --seeds or --grid '
                   'points, fewer --num_clients, or a smaller --model')
   return check
+
+
+def _check_host_table(cfg, table_bytes):
+  """Refuses a host-memory client table (--client_state=host) over 90% of the host's
+  available memory, or a run over several processes (each would need the whole table)."""
+  if distributed.active():
+    raise UserError('--client_state=host runs in one process; this launch spans '
+                    f'{jax.process_count()} (use --client_state=device)')
+  available = hardware.host_memory_available()
+  if available and table_bytes > 0.9 * available:
+    raise UserError(f'--client_state=host: the per-client state of --algo={cfg.algo} is '
+                    f'{_size(table_bytes)} in host memory, over 90% of the '
+                    f'{available / 1e9:.1f} GB available; fewer --num_clients, --seeds or '
+                    '--grid points')
 
 
 def _size(num_bytes):
@@ -338,6 +362,11 @@ def _log_header(study, compiled, run_dir, log):
   log(f'local work: up to {study.max_local_steps} steps per client per round; per-client state '
       f'{n_clients} clients x {state_bytes // max(n_clients, 1):,} bytes = {state_bytes:,} '
       f'bytes per run; run directory {run_dir}')
+  if host_state.enabled(cfg):
+    log(f'--client_state=host: the per-client state table is in host memory; each round '
+        f'copies the cohort\'s rows in and out: '
+        f'{host_state.bytes_per_round(study.state.clients, cfg.clients_per_round):,} bytes '
+        f'per round ({len(study.runs)} run(s) x 2 x {cfg.clients_per_round} rows)')
   pipe = exp.pipeline
   if pipe is not None and not pipe.is_identity:
     norm = _normalization(exp)
@@ -434,6 +463,8 @@ def _loop(study, compiled, out, log):
   cfg = study.config
   if out.restored is not None:
     state, history = out.restored
+    if host_state.enabled(cfg):  # the restored table goes back to host memory
+      state = host_state.on_host(state)
     log(f'resumed from the checkpoint at round {int(state.round[0])}')
   else:
     state, history = study.state, {}
@@ -455,7 +486,7 @@ def _loop(study, compiled, out, log):
     interrupts.check()  # a signal whose raise something swallowed
     next_eval = min((done // cfg.eval_every + 1) * cfg.eval_every, cfg.rounds)
     stop = min(next_eval, (prog.diag and prog.diag.next_stop(done)) or next_eval)
-    n = min(per_call, stop - done)
+    n = 1 if host_state.enabled(cfg) else min(per_call, stop - done)
     t = time.perf_counter()
     state, seg_metrics = compiled.segment(state, study.data, study.inputs, jnp.int32(n))
     seg_metrics, diverged_at = jax.device_get((seg_metrics, state.diverged_at))
@@ -487,10 +518,17 @@ def _loop(study, compiled, out, log):
 
 def _evaluate(ev, state, prog):
   """The evaluation's metrics [runs] on the host, with the diagnostics' columns if any."""
+  if host_state.enabled(prog.study.config) and not _evaluation_reads_clients(prog.study.config):
+    state = state._replace(clients=())  # the host table would be copied to the device unread
   result = jax.device_get(ev.evaluate(state, ev.inputs))
   if prog.diag:
     result = {**result, **prog.diag.eval_columns(state.params, prog.diverged)}
   return result
+
+
+def _evaluation_reads_clients(cfg):
+  """Whether the evaluation reads the per-client table (clients' own norms or models)."""
+  return evaluation.resolve(cfg) != 'global' or evaluation.keeps_norms_local(cfg)
 
 
 def _record(cfg, out, prog, state, done, last_checkpoint):

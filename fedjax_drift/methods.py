@@ -1,0 +1,157 @@
+"""Methods as a grid axis: --grid='algo:fedavg,fedprox,fedgkd;lr:0.1,0.01' in one command.
+
+An algorithm changes the compiled program's structure, so it cannot be a traced grid value
+(study.py). Instead each method is its own study, compiled once, run in a directory of its
+own inside one run directory, the way a preset runs its methods:
+
+  RUN_DIR/config.json    the command's config (the whole --grid) and the methods' list
+  RUN_DIR/<algo>/        each method's run directory: its grid (the other axes) x --seeds,
+                         with runs.csv, metrics.csv, summary.json and checkpoints as usual
+  RUN_DIR/runs.csv       every method's runs, with an algo column
+  RUN_DIR/table.csv      one row per method: its selected grid point (results.selected, the
+                         one selection rule) and that point's statistics over the seeds
+  RUN_DIR/summary.json   per method: its grid points, its selection and its directory
+
+A grid axis that a method does not read (prox_mu for fedavg) is left out of that method's grid
+(its points would repeat one run), and the run says so. --resume continues every method from
+its own checkpoints; a method that had not started starts.
+"""
+import dataclasses
+import os
+import time
+
+from fedjax_drift import applies, inputs, registry, report, results, rundir
+from fedjax_drift.config import Config, grid_points, parse_grid
+from fedjax_drift.errors import DivergenceError, UserError
+
+AXIS = 'algo'
+TABLE_STATS = ('final_accuracy', 'best_accuracy', 'last10_mean_accuracy')
+
+
+def split_grid(text) -> tuple:
+  """'algo:a,b;lr:0.1' -> (['a', 'b'], 'lr:0.1'): the methods of the --grid axis `algo` (each
+  a registered --algo) and the other axes' text; ([], text) without that axis."""
+  methods, rest = [], []
+  for item in [t for t in (text or '').split(';') if t.strip()]:
+    name, _, values = item.partition(':')
+    if name.strip() != AXIS:
+      rest.append(item.strip())
+      continue
+    if methods:
+      raise UserError(f'--grid: {AXIS} appears twice')
+    methods = [v.strip() for v in values.split(',') if v.strip()]
+    if not methods:
+      raise UserError(f'--grid: {AXIS} has no values')
+    for m in methods:
+      registry.get('algorithm', m, flag='grid algo')
+    if len(set(methods)) != len(methods):
+      raise UserError(f'--grid: {AXIS} names a method twice ({values.strip()})')
+  return methods, ';'.join(rest)
+
+
+def method_grid(config: Config, algo: str, rest: str) -> tuple:
+  """The grid text of `algo`'s study: the axes of `rest` it reads, and those it leaves out."""
+  at = dataclasses.replace(config, algo=algo, grid='')
+  skipped = applies.unread(at)
+  axes = [item for item in rest.split(';') if item]
+  kept = [a for a in axes if a.partition(':')[0].strip() not in skipped]
+  return ';'.join(kept), [a.partition(':')[0].strip() for a in axes if a not in kept]
+
+
+def method_config(config: Config, algo: str, run_dir: str, rest: str) -> Config:
+  """The config of one method's study, in RUN_DIR/<algo> (--save_params gains _<algo>)."""
+  grid, _ = method_grid(config, algo, rest)
+  save = config.save_params
+  if save:
+    save = f'{save[:-len(".npz")]}_{algo}.npz'
+  return dataclasses.replace(config, algo=algo, grid=grid, out=os.path.join(run_dir, algo),
+                             save_params=save)
+
+
+def is_methods_run(config: Config) -> bool:
+  """Whether config's --grid has the method axis (simulation.run hands it to run_all)."""
+  return bool(split_grid(config.grid)[0])
+
+
+def run_all(config: Config, log, run_one) -> dict:
+  """Runs every method of config's --grid axis `algo` with run_one(method_config, log) (the
+  plain simulation.run), then writes the run directory's runs.csv, table.csv and summary.json
+  (module docstring). Returns that summary."""
+  methods, rest = split_grid(config.grid)
+  parse_grid(rest)  # the other axes' one-line errors, before any work
+  config = inputs.absolutize(config)
+  run_dir = os.path.abspath(config.run_dir(time.strftime('%Y%m%d-%H%M%S')))
+  files = [path for _, path in inputs.input_files(config)]
+  rundir.check_out(run_dir, config.resume, config.overwrite, files)
+  configs = [method_config(config, m, run_dir, rest) for m in methods]
+  for m, c in zip(methods, configs):
+    _, skipped = method_grid(config, m, rest)
+    if skipped:
+      log(f'--grid: --algo={m} does not read {", ".join(skipped)}; its runs leave that '
+          'axis out')
+    c.validate()
+  os.makedirs(run_dir, exist_ok=True)
+  record = rundir.open_record(run_dir, config.resume, rundir.overwrite_mode(config.overwrite),
+                              files, log)
+  for name in ('config.json', 'runs.csv', 'table.csv', 'summary.json', *methods):
+    record.add(name)
+  report.write_json(os.path.join(run_dir, 'config.json'), {
+      **dataclasses.asdict(config), '_resolved': {'methods': methods}})
+  summaries = {}
+  for m, c in zip(methods, configs):
+    started = os.path.isfile(os.path.join(c.out, 'config.json'))
+    log(f'--grid {AXIS}={m} ({methods.index(m) + 1}/{len(methods)}) -> {c.out}')
+    try:
+      summaries[m] = run_one(dataclasses.replace(c, resume=config.resume and started), log)
+    except DivergenceError as e:  # every run of this method diverged; the others go on
+      log(f'--algo={m}: {e}')
+      summaries[m] = rundir.read_json(os.path.join(c.out, 'summary.json'))
+  summary = _summary(config, methods, configs, summaries, run_dir)
+  rows = [{AXIS: m, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))}}
+          for m in methods for r in summaries[m]['runs']]
+  # methods differ in their grid axes: the header is every row's columns, blank where absent
+  report.write_csv(os.path.join(run_dir, 'runs.csv'), rows,
+                   list(dict.fromkeys(k for row in rows for k in row)))
+  report.write_csv(os.path.join(run_dir, 'table.csv'), summary['table'])
+  report.write_json(os.path.join(run_dir, 'summary.json'), summary)
+  record.set(finished=True)
+  _log_table(summary['table'], run_dir, log)
+  return summary
+
+
+def _summary(config, methods, configs, summaries, run_dir) -> dict:
+  """summary.json of the methods run: each method's selection by results.selected."""
+  select_on = config.resolved_select_on()
+  per_method, table = {}, []
+  for m, c in zip(methods, configs):
+    s = summaries[m]
+    chosen = results.selected(select_on, s['grid_points'])
+    per_method[m] = {'run_dir': c.out, 'grid': s['grid'], 'weighting': s['weighting'],
+                     'num_runs': s['num_runs'], 'grid_points': s['grid_points'],
+                     'selected': chosen}
+    point = next((g for g in s['grid_points'] if g['grid_point'] == chosen['grid_point']),
+                 None)
+    row = {AXIS: m, 'grid_point': ' '.join(f'{k}={v:g}' for k, v in
+                                            (chosen['grid_point'] or {}).items()),
+           'seeds': point['seeds'] if point else 0,
+           'diverged': point['diverged'] if point else s['num_runs']}
+    for key in TABLE_STATS:
+      stats = chosen[key] or {}
+      row[f'{key}_mean'], row[f'{key}_std'] = stats.get('mean'), stats.get('std')
+    table.append(row)
+  return {'methods': methods, 'grid': config.grid, 'select_on': select_on,
+          'by': per_method[methods[0]]['selected']['by'],
+          'num_runs': sum(s['num_runs'] for s in summaries.values()),
+          'seeds': sorted({seed for s in summaries.values() for seed in s['seeds']}),
+          'rounds': config.rounds, 'dataset': summaries[methods[0]]['dataset'],
+          'run_dir': run_dir, 'per_method': per_method, 'table': table}
+
+
+def _log_table(table, run_dir, log):
+  """One line per method: its selected point and mean last-10% accuracy."""
+  for row in table:
+    mean = row['last10_mean_accuracy_mean']
+    log(f'{row[AXIS]}: {row["grid_point"] or "(no grid)"} last-10% accuracy '
+        + (f'{mean:.4f}' if mean is not None else 'n/a')
+        + f' over {row["seeds"]} seed(s)')
+  log(f'methods table -> {os.path.join(run_dir, "table.csv")}')

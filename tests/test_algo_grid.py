@@ -1,0 +1,98 @@
+"""--grid='algo:...': several methods in one command and one run directory (methods.py)."""
+import csv
+import json
+
+import numpy as np
+import pytest
+
+import fedjax_drift
+from fedjax_drift import methods, results
+from fedjax_drift.errors import UserError
+from helpers import tiny_config
+
+QUIET = dict(log=lambda *_: None)
+
+
+def _rows(path):
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def _config(tiny_npz, unequal_partition, out, **kw):
+  base = dict(clients_per_round=2, rounds=2, seeds=2, out=str(out))
+  base.update(kw)
+  return tiny_config(tiny_npz, unequal_partition, **base)
+
+
+def test_split_grid():
+  assert methods.split_grid('algo:fedavg,fedprox;lr:0.1,0.01') == (['fedavg', 'fedprox'],
+                                                                   'lr:0.1,0.01')
+  assert methods.split_grid('lr:0.1') == ([], 'lr:0.1')
+  with pytest.raises(UserError, match='--grid algo=fedavgg is unknown.*fedavg'):
+    methods.split_grid('algo:fedavgg')
+  with pytest.raises(UserError, match='names a method twice'):
+    methods.split_grid('algo:fedavg,fedavg')
+
+
+def test_methods_in_one_directory_equal_their_own_runs(tiny_npz, unequal_partition, tmp_path):
+  """Each method's runs equal the same method run alone; one program per method; the table
+  selects per method with results.selected; an axis a method does not read is left out."""
+  grid = 'algo:fedavg,fedprox,scaffold;lr:0.1,0.05;prox_mu:0.01,0.1'
+  summary = fedjax_drift.run(_config(tiny_npz, unequal_partition, tmp_path / 'all', grid=grid),
+                             **QUIET)
+  assert summary['methods'] == ['fedavg', 'fedprox', 'scaffold']
+  for algo, axes in (('fedavg', ['lr']), ('fedprox', ['lr', 'prox_mu']), ('scaffold', ['lr'])):
+    inner = json.loads((tmp_path / 'all' / algo / 'summary.json').read_text())
+    assert inner['segment_compilations'] == 1 and inner['algo'] == algo
+    assert list(inner['grid']) == axes and inner['num_runs'] == 2 * 2 ** len(axes)
+    alone = fedjax_drift.run(_config(tiny_npz, unequal_partition, tmp_path / f'alone-{algo}',
+                                     algo=algo, grid=grid.split(';', 1)[1] if algo == 'fedprox'
+                                     else 'lr:0.1,0.05'), **QUIET)
+    mine = _rows(tmp_path / 'all' / algo / 'metrics.csv')
+    theirs = _rows(tmp_path / f'alone-{algo}' / 'metrics.csv')
+    assert [(r['run'], r['round'], r['test_loss']) for r in mine] == \
+        [(r['run'], r['round'], r['test_loss']) for r in theirs]
+    chosen = summary['per_method'][algo]['selected']
+    assert chosen == results.selected('test', alone['grid_points'])
+  table = _rows(tmp_path / 'all' / 'table.csv')
+  assert [r['algo'] for r in table] == ['fedavg', 'fedprox', 'scaffold']
+  for row in table:
+    want = summary['per_method'][row['algo']]['selected']['last10_mean_accuracy']['mean']
+    np.testing.assert_allclose(float(row['last10_mean_accuracy_mean']), want)
+  runs = _rows(tmp_path / 'all' / 'runs.csv')
+  assert len(runs) == 4 + 8 + 4 and {r['algo'] for r in runs} == set(summary['methods'])
+  assert json.loads((tmp_path / 'all' / 'summary.json').read_text())['table'] == \
+      summary['table']
+
+
+def test_resume_continues_every_method(tiny_npz, unequal_partition, tmp_path):
+  grid = 'algo:fedavg,fedprox;lr:0.1,0.05'
+  fedjax_drift.run(_config(tiny_npz, unequal_partition, tmp_path / 'whole', grid=grid,
+                           rounds=3), **QUIET)
+  fedjax_drift.run(_config(tiny_npz, unequal_partition, tmp_path / 'cut', grid=grid,
+                           rounds=1), **QUIET)
+  fedjax_drift.resume(str(tmp_path / 'cut'), rounds=3, **QUIET)
+  for algo in ('fedavg', 'fedprox'):
+    whole = _rows(tmp_path / 'whole' / algo / 'metrics.csv')
+    cut = _rows(tmp_path / 'cut' / algo / 'metrics.csv')
+    assert [(r['run'], r['round'], r['test_loss']) for r in cut] == \
+        [(r['run'], r['round'], r['test_loss']) for r in whole]
+  assert _rows(tmp_path / 'cut' / 'table.csv') == _rows(tmp_path / 'whole' / 'table.csv')
+
+
+def test_refusals(tiny_npz, unequal_partition, tmp_path):
+  out = tmp_path / 'r'
+  fedjax_drift.run(_config(tiny_npz, unequal_partition, out, grid='algo:fedavg', rounds=1,
+                           seeds=1), **QUIET)
+  with pytest.raises(UserError, match='already exists'):
+    fedjax_drift.run(_config(tiny_npz, unequal_partition, out, grid='algo:fedavg', rounds=1,
+                             seeds=1), **QUIET)
+  fedjax_drift.run(_config(tiny_npz, unequal_partition, out, grid='algo:fedprox', rounds=1,
+                           seeds=1, overwrite='yes'), **QUIET)
+  assert not (out / 'fedavg').exists() and (out / 'fedprox' / 'summary.json').exists()
+  with pytest.raises(UserError, match='lies inside the run directory'):
+    fedjax_drift.run(_config(tiny_npz, unequal_partition, out / 'fedavg', rounds=1,
+                             seeds=1), **QUIET)
+  with pytest.raises(UserError, match="--grid: 'bogus' cannot be swept"):
+    fedjax_drift.run(_config(tiny_npz, unequal_partition, tmp_path / 'b',
+                             grid='algo:fedavg;bogus:1'), **QUIET)
