@@ -89,7 +89,7 @@ def test_single_text_file_needs_a_split_column(tmp_path):
   assert texts.test == ['text 4', 'text 7'] and texts.val == ['text 5', 'text 8']
   np.testing.assert_array_equal(texts.y_test, [1, 1])
   (tmp_path / 'plain.csv').write_text('text,label\nhello,0\nbye,1\n')
-  with pytest.raises(UserError, match=r'plain.csv row 1 lacks split'):
+  with pytest.raises(UserError, match=r'plain.csv line 2 lacks split'):
     text.read_text_files(str(tmp_path / 'plain.csv'))
 
 

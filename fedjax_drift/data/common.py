@@ -214,6 +214,41 @@ def _finite_float32(name, split, x):
   return cast
 
 
+def _ranges(values) -> str:
+  """Sorted distinct ints as ranges: [0, 1, 2, 3, 9, 255] -> '0-3, 9, 255'."""
+  parts, i = [], 0
+  while i < len(values):
+    j = i
+    while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+      j += 1
+    parts.append(str(values[i]) if j == i else f'{values[i]}-{values[j]}')
+    i = j + 1
+  return ', '.join(parts)
+
+
+def _check_no_stray_labels(name, y_train, y_test):
+  """Labels are class indices 0..C-1: when the distinct labels of both splits are at most
+  half of 0..max (MNIST's ten digits and one 255 would make 256 classes, 245 of them
+  empty), a few stray labels are the likelier cause, and the run would train a 256-way
+  classifier without a word. Refused alike in either split, naming the labels found and
+  the stray ones with their counts."""
+  present = np.unique(np.concatenate([y_train, y_test]))
+  classes = int(present[-1]) + 1
+  if 2 * len(present) > classes:
+    return
+  run = 0  # labels 0..run-1 all present: the classes; the ones above them are stray
+  while run < len(present) and present[run] == run:
+    run += 1
+  stray = [int(v) for v in present[run:]]
+  counts = [f'{v} ({int((y_train == v).sum())} train, {int((y_test == v).sum())} test)'
+            for v in stray[:5]]
+  raise UserError(f'{name}: the labels found, {_ranges([int(v) for v in present])}, would '
+                  f'make {classes} classes, {classes - len(present)} of them without an '
+                  f'example; stray labels? {"; ".join(counts)}'
+                  + (f' and {len(stray) - 5} more' if len(stray) > 5 else '')
+                  + f' (labels must be class indices 0..C-1)')
+
+
 def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains_test=None,
              domain_names=(), groups=None, vocab_size=0, x_val=None, y_val=None):
   """Checks shapes, label range and finiteness; returns a Dataset with int32 labels.
@@ -243,6 +278,7 @@ def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains
   y_train, y_test = y_train.astype(np.int64), y_test.astype(np.int64)
   if y_train.min() < 0 or y_test.min() < 0:
     raise UserError(f'{name}: labels must be >= 0')
+  _check_no_stray_labels(name, y_train, y_test)
   num_classes = int(y_train.max()) + 1
   if y_test.max() >= num_classes:
     raise UserError(f'{name}: y_test holds label {int(y_test.max())}, outside the training '

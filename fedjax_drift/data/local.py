@@ -5,9 +5,11 @@ Without --data_dir, MNIST, Fashion-MNIST, CIFAR-10 and USPS are read from the co
 `fedjax-drift-data import` wrote (data/prepare.py). The file formats are parsed by
 data/formats.py (CIFAR-10, USPS) and here (IDX).
 """
+import gzip
 import hashlib
 import os
 import tarfile
+import zlib
 
 from fedjax_drift.data import common, formats
 from fedjax_drift.errors import UserError
@@ -15,6 +17,53 @@ from fedjax_drift.errors import UserError
 EMBEDDED_PATH = os.path.join(os.path.dirname(__file__), 'fashion_mnist_small.npz')
 IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
              't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
+
+
+# The official files' public MD5s (as their publishers and torchvision list them): of each
+# gzipped download and of its decompressed content, which a recompressed copy (a Linux
+# distribution's package) keeps. The label files tell the two datasets apart.
+IDX_MD5 = {
+    'mnist': {
+        'train-labels-idx1-ubyte.gz': ('d53e105ee54ea40749a09fcbcd1e9432',
+                                       'a25bea736e30d166cdddb491f175f624'),
+        't10k-labels-idx1-ubyte.gz': ('ec29112dd5afa0611ce80d1b7f02629c',
+                                      '27ae3e4e09519cfbb04c329615203637'),
+    },
+    'fashion_mnist': {
+        'train-labels-idx1-ubyte.gz': ('25c81989df183df01b3e8a0aad5dffbe',
+                                       '9018921c3c673c538a1fc5bad174d6f9'),
+        't10k-labels-idx1-ubyte.gz': ('bb300cfdad3c16e7a12a480ee83cd310',
+                                      '15d484375f8d13e6eb1aabb0c3f46965'),
+    },
+}
+
+
+def idx_identity(folder):
+  """'mnist' or 'fashion_mnist' when the folder's IDX label files are the official ones
+  (IDX_MD5, compressed or not), else None (other files: named by the user or the folder)."""
+  digests = {}
+  for name in IDX_MD5['mnist']:
+    path = os.path.join(folder, name)
+    try:
+      with open(path, 'rb') as f:
+        raw = f.read()
+      digests[name] = {hashlib.md5(raw).hexdigest(),
+                       hashlib.md5(gzip.decompress(raw)).hexdigest()}
+    except (OSError, EOFError, zlib.error, gzip.BadGzipFile):
+      return None
+  for dataset, files in IDX_MD5.items():
+    if all(digests[name] & set(md5s) for name, md5s in files.items()):
+      return dataset
+  return None
+
+
+def check_idx_identity(folder, dataset, flag):
+  """Refuses `dataset` (mnist or fashion_mnist) for a folder that holds the other one's
+  official files."""
+  found = idx_identity(folder)
+  if found and dataset in IDX_MD5 and found != dataset:
+    raise UserError(f'{flag}={dataset}, but {folder} holds the official {found} files (by '
+                    f'their checksums); use --dataset={found}')
 
 
 def read_idx_dir(data_dir):
@@ -131,7 +180,10 @@ def _imported_or(dataset, data_dir, read):
 
 
 def load_idx(dataset, data_dir=None, **_):
-  """mnist or fashion_mnist: the four IDX files in --data_dir, or the imported copy."""
+  """mnist or fashion_mnist: the four IDX files in --data_dir (the other dataset's official
+  files are refused), or the imported copy."""
+  if data_dir:
+    check_idx_identity(data_dir, dataset, '--dataset')
   return _imported_or(dataset, data_dir, read_idx_dir)
 
 

@@ -6,8 +6,9 @@
 `import` looks through DIR (and its subfolders) for the files these datasets are distributed
 as, checks them, and writes each as CACHE/datasets/NAME.npz (CACHE is $FEDJAX_DRIFT_CACHE, by
 default ~/.cache/fedjax_drift):
-  mnist, fashion_mnist  the four IDX .gz files (train-images-idx3-ubyte.gz, ...); a folder
-                        whose path contains "fashion" is Fashion-MNIST, any other MNIST
+  mnist, fashion_mnist  the four IDX .gz files (train-images-idx3-ubyte.gz, ...); the
+                        official files are recognised by their checksums, other copies by
+                        the folder: a path that contains "fashion" is Fashion-MNIST
   cifar10               cifar-10-python.tar.gz (or cifar-10-batches-py/), cifar10-jpeg.tar.gz,
                         or a folder of {train,test}/<class>/*.jpg
   usps                  usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5, or usps.npz
@@ -38,12 +39,14 @@ import sys
 import numpy as np
 
 from fedjax_drift import interrupts
-from fedjax_drift.data import downloads, formats, multidomain, sources, text
+from fedjax_drift.data import downloads, formats, local, multidomain, sources, text
 from fedjax_drift.errors import UserError
 
 
 def _idx_name(dirpath):
-  return 'fashion_mnist' if 'fashion' in dirpath.lower() else 'mnist'
+  """The official files by their checksums, else a folder whose path says "fashion"."""
+  return local.idx_identity(dirpath) or (
+      'fashion_mnist' if 'fashion' in dirpath.lower() else 'mnist')
 
 
 def _found_in(dirpath, files, subdirs):
@@ -126,6 +129,10 @@ def import_dir(root, dataset='', image_size=0):
     raise UserError(f'found no dataset files under {root} (see `fedjax-drift-data --help`)')
   if dataset in text.IMPORTABLE and dataset not in [name for name, _ in found]:
     raise UserError(f'found no {dataset} files under {root} (see `fedjax-drift-data --help`)')
+  if dataset in local.IDX_MD5:  # a renaming of official files to the other dataset
+    for dirpath, _, files in os.walk(root):
+      if all(name in files for name in sources.IDX_FILES):
+        local.check_idx_identity(dirpath, dataset, '--dataset')
   if dataset:  # one split of a download that holds several (EMNIST), or a renaming
     found = [f for f in found if f[0] == dataset] or found
   else:

@@ -252,35 +252,57 @@ def read_sst5(path):
 # text:PATH: CSV or JSONL with text, label (and split) columns
 
 def _records(path):
-  """A CSV (with header) or JSONL file -> [dict] rows."""
+  """A CSV (with header) or JSONL file -> [(line number, dict)] rows. A UTF-8 byte-order
+  mark is skipped; a NUL byte, a JSONL line that is not an object, and a CSV row with more
+  fields than its header are UserErrors naming the line."""
   try:
-    with open(path, 'r', encoding='utf-8', newline='') as f:
+    with open(path, 'r', encoding='utf-8-sig', newline='') as f:
       if path.endswith('.jsonl'):
         rows = []
         for number, line in enumerate(f, 1):
           if line.strip():
-            row = json.loads(line)
+            try:
+              row = json.loads(line)
+            except json.JSONDecodeError as e:  # its lineno counts within this one line
+              raise UserError(f'{path} line {number} is not JSON: {e.msg} (column '
+                              f'{e.colno})') from None
             if not isinstance(row, dict):
               raise UserError(f'{path} line {number} is not a JSON object')
-            rows.append(row)
-        return rows
-      return list(csv.DictReader(f))
-  except json.JSONDecodeError as e:
-    raise UserError(f'{path} line {e.lineno} is not JSON: {e.msg}') from None
+            rows.append((number, row))
+      else:
+        reader = csv.DictReader(f)
+        rows = [(reader.line_num, row) for row in reader]
+        for number, row in rows:
+          if None in row:  # DictReader's key for the fields beyond the header
+            raise UserError(f'{path} line {number} has {len(reader.fieldnames) + len(row[None])}'
+                            f' fields, its header {len(reader.fieldnames)} (a comma in an '
+                            'unquoted text?)')
   except (UnicodeDecodeError, csv.Error, OSError) as e:
     raise UserError(f'cannot read {path}: {_one_line(e)}') from None
+  for number, row in rows:
+    for key, value in row.items():
+      if '\0' in str(key) or (isinstance(value, str) and '\0' in value):
+        raise UserError(f'{path} line {number} holds a NUL byte (in {key!r}); not a text file?')
+  return rows
 
 
 def _columns(rows, path, columns):
-  """{column: [values]} of rows; a row lacking one is a UserError naming the file."""
+  """{column: [values]} of [(line number, row)]; a row lacking one, or whose text or label
+  is not a plain value (a JSON object or list, true/false), is a UserError naming the
+  file and line."""
   if not rows:
     raise UserError(f'{path} holds no rows')
-  for number, row in enumerate(rows, 1):
+  for number, row in rows:
     missing = [c for c in columns if row.get(c) is None]
     if missing:
-      raise UserError(f'{path} row {number} lacks {", ".join(missing)} (text files need '
+      raise UserError(f'{path} line {number} lacks {", ".join(missing)} (text files need '
                       f'columns {", ".join(columns)})')
-  return {c: [row[c] for row in rows] for c in columns}
+    for c in columns:
+      if isinstance(row[c], (dict, list, bool)) or (c == 'text' and not isinstance(row[c], str)):
+        raise UserError(f'{path} line {number}: {c} is {json.dumps(row[c])[:40]}, not a '
+                        + ('string' if c == 'text' else 'label (an integer or a name)'))
+  return {c: [row[c] for _, row in rows] for c in columns} | {
+      'line': [number for number, _ in rows]}
 
 
 def _label_ids(splits, where):
@@ -324,6 +346,11 @@ def read_text_files(path):
       raise UserError(f'--dataset=text:{path}: use a .csv or .jsonl file, or a folder with '
                       'train.csv|jsonl and test.csv|jsonl')
     rows = _columns(_records(path), path, ('text', 'label', 'split'))
+    known = ('train', 'test') + VAL_NAMES
+    for number, value in zip(rows['line'], rows['split']):
+      if str(value).strip().lower() not in known:
+        raise UserError(f'{path} line {number} has split {value!r}; the split column says '
+                        f'one of {", ".join(known)}')
     columns = {}
     for split, names in (('train', ('train',)), ('test', ('test',)), ('val', VAL_NAMES)):
       keep = [i for i, s in enumerate(rows['split']) if str(s).strip().lower() in names]
@@ -335,6 +362,9 @@ def read_text_files(path):
                         'test or validation)')
   labels = _label_ids({s: c['label'] for s, c in columns.items()}, path)
   texts = {s: [str(t) for t in c['text']] for s, c in columns.items()}
+  for split in ('train', 'test'):
+    if not any(t.strip() for t in texts[split]):  # it would train at chance
+      raise UserError(f'{path}: every {split} text is empty')
   return Texts(texts['train'], labels['train'], texts['test'], labels['test'],
                texts.get('val'), labels.get('val'))
 
