@@ -198,6 +198,11 @@ class Config:
                              group='local training', bounds=UNIT_EXCL_1, gridable=True)
   weight_decay: float = _f(0.0, 'L2 weight decay added to the local gradient',
                            group='local training', bounds=NONNEG.but(wording='>= 0'), gridable=True)
+  weight_decay_skip: str = _f('none', 'parameters --weight_decay leaves alone: none; norm = '
+                              'every normalisation layer\'s scale and bias; '
+                              'norm_except_shortcut = those but a residual shortcut\'s norm, as '
+                              'FedGKD\'s code (it exempts names containing "bn")',
+                              ('none', 'norm', 'norm_except_shortcut'), group='local training')
   # The training pipeline (data/pipeline.py); every default leaves it as it was before.
   local_optimizer: str = _f('sgd', 'local optimizer (state reset every round); adam takes '
                             '--lr, --adam_b1, --adam_b2, --adam_eps and --weight_decay as L2',
@@ -221,8 +226,10 @@ class Config:
   augment_degrees: float = _f(30.0, '--augment=flip_rotate: largest rotation in degrees',
                               group='local training', bounds=Bounds(0, 180))
   normalize: str = _f('none', 'per_channel: standardise inputs (training and evaluation) with '
-                      'the training images\' per-channel mean and std',
-                      ('none', 'per_channel'), group='local training')
+                      'the training images\' per-channel mean and std; fedgkd_code: with the '
+                      'fixed constants FedGKD\'s code uses for the dataset (CIFAR-10: mean '
+                      '0.4914, 0.4822, 0.4465, std 0.2023, 0.1994, 0.2010)',
+                      ('none', 'per_channel', 'fedgkd_code'), group='local training')
   normalize_mean: str = _f('', 'explicit per-channel means, e.g. 0.4914,0.4822,0.4465 (with '
                            '--normalize_std; inputs on the [0, 1] scale)', group='local training')
   normalize_std: str = _f('', 'explicit per-channel stds (with --normalize_mean)',

@@ -28,7 +28,7 @@ import optax
 from optax.tree_utils import tree_get
 
 from fedjax_drift.algorithms.distill import kl_to_student, tau2_factor
-from fedjax_drift.algorithms.local import cross_entropy, is_off, masked_mean
+from fedjax_drift.algorithms.local import cross_entropy, l2, masked_mean
 from fedjax_drift.algorithms.parts import Part
 from fedjax_drift import registry
 from fedjax_drift.algorithms.recipes import Recipe, algorithm
@@ -82,11 +82,11 @@ def first_step_ema(phi):
   return optax.GradientTransformation(init, update)
 
 
-def double_momentum_optimizer(lr, phi, weight_decay=0.0):
+def double_momentum_optimizer(lr, phi, weight_decay=0.0, skip='none'):
   """theta <- theta - eta (m_bar + m_i^tau). The correction adds m_bar before the EMA, and an
   EMA started at its first input is linear with weights summing to one, so
-  EMA(g + m_bar) = EMA(g) + m_bar exactly."""
-  parts = [] if is_off(weight_decay) else [optax.add_decayed_weights(weight_decay)]
+  EMA(g + m_bar) = EMA(g) + m_bar exactly. weight_decay, skip: local.l2."""
+  parts = l2(weight_decay, skip)
   return optax.chain(*parts, first_step_ema(phi), optax.scale(-lr))
 
 
@@ -148,7 +148,7 @@ def _server_dm(v):
 @registry.registers('local_optimizer', 'fedadc_dm', 'FedADC\'s local double momentum (Alg. 4); '
                     'replaces --local_optimizer', reads=('phi',), info=registry.INTERNAL)
 def _double_momentum(v):
-  return double_momentum_optimizer(v.lr, v.phi, v.weight_decay)
+  return double_momentum_optimizer(v.lr, v.phi, v.weight_decay, v.weight_decay_skip)
 
 
 # The servers FedADC's recipes choose (--server_optimizer does not offer them).

@@ -21,6 +21,8 @@ c - c_i, FedADC's m_bar) and the L2 term are never rescaled by it.
 
 for the client's own H_i steps, so clients with different data sizes run in one program.
 """
+import re
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -94,11 +96,41 @@ def is_off(value):
   return isinstance(value, (int, float)) and value == 0
 
 
-def sgd(lr, momentum=0.0, weight_decay=0.0, nesterov=False):
-  """Local SGD; weight decay is classic L2 (wd * theta added to the gradient before the lr)."""
-  parts = []
-  if not is_off(weight_decay):
-    parts.append(optax.add_decayed_weights(weight_decay))
+# A normalisation layer's module: bn*, gn*, ln* (the models' names) or any name with "norm".
+_NORM_LAYER = re.compile(r'^(bn|gn|ln)(\d|_|$)|norm', re.IGNORECASE)
+WEIGHT_DECAY_SKIPS = ('none', 'norm', 'norm_except_shortcut')
+
+
+def is_norm_parameter(path, skip):
+  """Whether --weight_decay_skip=`skip` exempts the parameter at `path` (names, outermost
+  first): 'norm' every normalisation layer's scale and bias; 'norm_except_shortcut' those
+  too but a residual shortcut's norm, as FedGKD's code (pcode/create_optimizer.py zeroes
+  weight decay for names containing "bn", which its ResNets give every norm but the
+  shortcut's, downsample.1); 'none' nothing."""
+  if skip == 'none':
+    return False
+  names = [str(getattr(k, 'key', getattr(k, 'name', k))) for k in path]
+  if skip == 'norm_except_shortcut' and any('shortcut' in n for n in names):
+    return False
+  return any(_NORM_LAYER.search(n) for n in names[:-1])
+
+
+def l2(weight_decay, skip='none'):
+  """[optax.add_decayed_weights(wd)] masked by --weight_decay_skip (is_norm_parameter), or
+  [] when wd is 0: classic L2, wd * theta added to the gradient."""
+  if is_off(weight_decay):
+    return []
+  if skip == 'none':  # no mask: the program is the one without the option
+    return [optax.add_decayed_weights(weight_decay)]
+  mask = lambda params: jax.tree_util.tree_map_with_path(
+      lambda path, _: not is_norm_parameter(path, skip), params)
+  return [optax.add_decayed_weights(weight_decay, mask=mask)]
+
+
+def sgd(lr, momentum=0.0, weight_decay=0.0, nesterov=False, skip='none'):
+  """Local SGD; weight decay is classic L2 (wd * theta added to the gradient before the lr),
+  on the parameters `l2`'s skip leaves."""
+  parts = l2(weight_decay, skip)
   parts.append(optax.sgd(lr, momentum=None if is_off(momentum) else momentum,
                          nesterov=nesterov))
   return optax.chain(*parts)
@@ -116,23 +148,23 @@ def clip_by_global_norm(max_norm):
   return clip
 
 
-def adam(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
+def adam(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, skip='none'):
   """Local Adam (Kingma & Ba; optax.adam, bias-corrected) with classic L2: wd * theta is
   added to the gradient before the moments, as torch.optim.Adam's weight_decay does. Its
-  moments start at zero on every local run (local.train calls init each round)."""
-  parts = [] if is_off(weight_decay) else [optax.add_decayed_weights(weight_decay)]
+  moments start at zero on every local run (local.train calls init each round). skip: `l2`."""
+  parts = l2(weight_decay, skip)
   return optax.chain(*parts, optax.adam(lr, b1=b1, b2=b2, eps=eps))
 
 
 # --- Registration -----------------------------------------------------------------------------
-# Every local optimizer reads --lr and --weight_decay, as every run does.
+# Every local optimizer reads --lr, --weight_decay and --weight_decay_skip, as every run does.
 @registry.registers('local_optimizer', 'sgd', 'SGD with --local_momentum and L2 --weight_decay',
                     reads=('local_momentum',))
 def _sgd(v):
-  return sgd(v.lr, v.local_momentum, v.weight_decay)
+  return sgd(v.lr, v.local_momentum, v.weight_decay, skip=v.weight_decay_skip)
 
 
 @registry.registers('local_optimizer', 'adam', 'Adam (--adam_b1, --adam_b2, --adam_eps), L2 '
                     '--weight_decay', reads=('adam_b1', 'adam_b2', 'adam_eps'))
 def _adam(v):
-  return adam(v.lr, v.adam_b1, v.adam_b2, v.adam_eps, v.weight_decay)
+  return adam(v.lr, v.adam_b1, v.adam_b2, v.adam_eps, v.weight_decay, v.weight_decay_skip)

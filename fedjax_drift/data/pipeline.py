@@ -34,7 +34,7 @@ registry.register('augment', 'crop_flip', 'random crop with --augment_pad zero p
 registry.register('augment', 'flip_rotate', 'horizontal flip + rotation within '
                   '+-(--augment_degrees) (FedBN DomainNet)', reads=('augment_degrees',))
 AUGMENTATIONS = registry.names('augment')
-NORMALIZATIONS = ('none', 'per_channel')
+NORMALIZATIONS = ('none', 'per_channel', 'fedgkd_code')
 _STEP_TAG = 0xA06  # fold_in tag separating the per-step keys from the batch-shuffle seed
 
 
@@ -169,9 +169,33 @@ def parse_floats(text, flag):
   return values
 
 
+# --normalize=fedgkd_code: the fixed (mean, std) FedGKD's code normalises each dataset with
+# (CGCL-codes/FedGKD pcode/datasets/prepare_data.py, transforms.Normalize), on the [0, 1]
+# scale. CIFAR-10's std is the widely copied 0.2023, 0.1994, 0.2010, not the training set's
+# 0.247, 0.243, 0.261 that per_channel computes.
+FEDGKD_CODE_CONSTANTS = {
+    'cifar10': ((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)),
+    'cifar100': ((0.5071, 0.4867, 0.4408), (0.2675, 0.2565, 0.2761)),
+    'tiny_imagenet': ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    'svhn': ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+    'mnist': ((0.1307,), (0.3081,)),
+}
+
+
+def code_constants(dataset):
+  """--normalize=fedgkd_code's (mean, std) for --dataset (its tfds: form too), or UserError."""
+  name = dataset[len('tfds:'):] if dataset.startswith('tfds:') else dataset
+  if name not in FEDGKD_CODE_CONSTANTS:
+    raise UserError(f'--normalize=fedgkd_code: FedGKD\'s code has constants for '
+                    f'{", ".join(FEDGKD_CODE_CONSTANTS)}, not --dataset={dataset}; give '
+                    '--normalize_mean and --normalize_std')
+  return tuple(np.array(v) for v in FEDGKD_CODE_CONSTANTS[name])
+
+
 def normalization(config, x_train) -> Optional[Normalization]:
   """The run's Normalization, or None: --normalize_mean/--normalize_std when given, else the
-  training images' per-channel statistics with --normalize=per_channel. The channel axis is
+  training images' per-channel statistics with --normalize=per_channel, or FedGKD's code's
+  constants for the dataset with --normalize=fedgkd_code. The channel axis is
   the last (features, for flat inputs). A channel with zero spread keeps std 1 (it would
   otherwise divide by zero; every training value of it equals its mean)."""
   channels = x_train.shape[-1]
@@ -187,6 +211,11 @@ def normalization(config, x_train) -> Optional[Normalization]:
   elif config.normalize == 'per_channel':
     mean, std = channel_stats(x_train)
     std = np.where(std > 0, std, 1.0)
+  elif config.normalize == 'fedgkd_code':
+    mean, std = code_constants(config.dataset)
+    if len(mean) not in (1, channels):
+      raise UserError(f'--normalize=fedgkd_code has {len(mean)} channels for '
+                      f'--dataset={config.dataset}; the data has {channels}')
   else:
     return None
   mean = np.broadcast_to(mean, (channels,))
