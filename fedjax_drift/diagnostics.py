@@ -82,6 +82,17 @@ def feature_rounds(config) -> tuple:
   return tuple(rounds)  # rounds after --rounds are reached if a --resume goes on that far
 
 
+def late_rounds_warning(config) -> str:
+  """A one-line warning naming the --diag_features_rounds after --rounds ('' when none):
+  they are kept (a --resume to more rounds writes them), but this run does not reach them."""
+  late = [r for r in feature_rounds(config) if r > config.rounds]
+  if not late:
+    return ''
+  return (f'warning: --diag_features_rounds: round{"s" * (len(late) > 1)} '
+          f'{", ".join(map(str, late))} after --rounds={config.rounds} not written by this run '
+          '(only if a --resume goes on that far)')
+
+
 def check(config):
   """Refuses a diagnostic the run cannot give, in one line naming the flag."""
   feature_rounds(config)

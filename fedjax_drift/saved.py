@@ -39,8 +39,9 @@ def read(path, run=0) -> dict:
 def into(template, arrays: dict, path):
   """`template`'s pytree (a model's params) with each leaf replaced by arrays[its name].
 
-  Raises UserError naming `path` and the first array that is missing, extra, or of another
-  shape; dtypes follow the template (the file holds what the run trained in).
+  Raises UserError naming `path` and the first array that is missing, extra, of another
+  shape, not floating point (int32 is not cast silently) or not finite; float dtypes follow
+  the template (the file holds what the run trained in).
   """
   flat, treedef = jax.tree_util.tree_flatten_with_path(template)
   names = ['/'.join(str(getattr(k, 'key', k)) for k in p) for p, _ in flat]  # flatten_names'
@@ -53,6 +54,13 @@ def into(template, arrays: dict, path):
       raise UserError(f'--init_params: {path} array {name!r} has shape '
                       f'{tuple(arrays[name].shape)}, the model\'s is {tuple(want.shape)} '
                       '(another --model, dataset or class count?)')
+    kind = np.asarray(arrays[name]).dtype
+    if kind.kind in 'biuOSUcM':  # a cast would hide that this is not a parameter file
+      raise UserError(f'--init_params: {path} array {name!r} holds {kind} values; parameters '
+                      'are floats (not a --save_params file?)')
+    if not np.isfinite(np.asarray(arrays[name], np.float32)).all():
+      raise UserError(f'--init_params: {path} array {name!r} holds NaN or infinite values '
+                      '(saved from a run that diverged?)')
   extra = sorted(set(arrays) - set(expected))
   if extra:
     raise UserError(f'--init_params: {path} array {extra[0]!r} is not a parameter of this '

@@ -73,6 +73,8 @@ def _run(config, log):
   unread = applies.warning(config)  # flags the chosen algorithm and options never read
   if unread:
     log(unread)
+  if diagnostics.late_rounds_warning(config):
+    log(diagnostics.late_rounds_warning(config))
   run_dir = _check_outputs(config)
   distributed.barrier('outputs checked')  # before process 0 creates anything in them
   interrupts.describe(lambda signum: interrupts.message(

@@ -8,9 +8,12 @@ import os
 import numpy as np
 import pytest
 
+import fedjax_drift
 import fixtures
+from fedjax_drift import diagnostics
 from fedjax_drift.data import common, local, prepare, text
 from fedjax_drift.errors import UserError
+from helpers import tiny_config
 
 
 def _x(n):
@@ -144,3 +147,35 @@ def test_files_that_are_not_the_official_ones_keep_the_folder_rule(tmp_path):
   fixtures.write_idx_dir(str(folder), n_train=40, n_test=10)
   assert local.idx_identity(str(folder)) is None
   assert prepare._idx_name(str(folder)) == 'fashion_mnist'  # pylint: disable=protected-access
+
+
+# --init_params that are not a parameter file's floats.
+def _saved_params(tmp_path, tiny_npz, unequal_partition):
+  path = tmp_path / 'params.npz'
+  fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, rounds=0, save_params=str(path),
+                               out=str(tmp_path / 'saved')))
+  with np.load(path) as f:
+    return path, {k: f[k] for k in f.files}
+
+
+def test_init_params_of_ints_or_nans_are_refused_naming_the_array(tmp_path, tiny_npz,
+                                                                  unequal_partition):
+  path, arrays = _saved_params(tmp_path, tiny_npz, unequal_partition)
+  name = sorted(arrays)[0]
+  for label, value, expected in (('int', arrays[name].astype(np.int32), 'holds int32 values'),
+                                 ('nan', np.full_like(arrays[name], np.nan), 'holds NaN or infinite')):
+    bad = tmp_path / f'{label}.npz'
+    np.savez(bad, **{**arrays, name: value})
+    config = tiny_config(tiny_npz, unequal_partition, init_params=str(bad),
+                         out=str(tmp_path / label))
+    with pytest.raises(UserError, match=f"{bad} array '{name}' {expected}"):
+      fedjax_drift.run(config)
+
+
+def test_feature_rounds_after_the_last_round_are_named_in_a_warning(tiny_npz,
+                                                                    unequal_partition):
+  config = tiny_config(tiny_npz, unequal_partition, rounds=4, diag_features_rounds='0,7,9')
+  line = diagnostics.late_rounds_warning(config)
+  assert line.startswith('warning: --diag_features_rounds: rounds 7, 9 after --rounds=4')
+  assert diagnostics.late_rounds_warning(
+      tiny_config(tiny_npz, unequal_partition, rounds=9, diag_features_rounds='0,9')) == ''
