@@ -69,6 +69,7 @@ def read_run_dir(run_dir) -> dict:
     rounds.append(point[1])
     accs.append(point[2])
   return {'dir': run_dir, 'algo': config.get('algo', '?'), 'dataset': config.get('dataset', '?'),
+          'model': config.get('model', '?'), 'rounds': config.get('rounds', '?'),
           'runs': runs, 'curves': curves}
 
 
@@ -102,6 +103,7 @@ def groups(dirs: list) -> list:
       mine = [r for r in d['runs'] if r['point'] == point]
       ok = [r for r in mine if r['status'] == 'ok']
       rows.append({'run_dir': name, 'algo': d['algo'], 'dataset': d['dataset'],
+                   'model': d.get('model', '?'), 'rounds': d.get('rounds', '?'),
                    'grid_point': _point_label(point), 'seeds': len(ok),
                    'diverged': len(mine) - len(ok),
                    **_stats('final_accuracy', [r['final'] for r in ok]),
@@ -110,18 +112,44 @@ def groups(dirs: list) -> list:
   return rows
 
 
+SETTINGS = (('dataset', 'dataset'), ('model', 'model'), ('rounds', 'rounds'))
+
+
+def differing(rows) -> list:
+  """The settings (dataset, model, rounds) whose value is not the same in every row."""
+  return [key for key, _ in SETTINGS if len({str(r.get(key)) for r in rows}) > 1]
+
+
+def warning(rows) -> str:
+  """A one-line warning when the rows differ in dataset, model or rounds ('' otherwise):
+  their accuracies are then no ranking of methods."""
+  keys = differing(rows)
+  if not keys:
+    return ''
+  what = '; '.join(f'{k}: {", ".join(dict.fromkeys(str(r.get(k)) for r in rows))}'
+                   for k in keys)
+  return (f'warning: these runs differ in {" and ".join(keys)} ({what}); their accuracies '
+          'are not one ranking (the table shows each)')
+
+
 def markdown(rows) -> str:
   """The comparison as a markdown table (accuracy in %, mean +- std [95% t-interval] over
-  seeds), after a line saying what the cells are."""
+  seeds; one seed: its value), after a line saying what the cells are; a dataset, model or
+  rounds column where the rows differ in it, and the warning line then."""
+  extra = differing(rows)
   lines = ['Test accuracy (%): final = at the last round, best = the highest over the '
            'evaluations; mean ± std (ddof=0) [95% t-interval of the mean] over the seeds that '
-           'did not diverge. Grid points are listed, not selected.', '',
-           '| run directory | algorithm | grid point | seeds | final accuracy (%) | '
-           'best accuracy (%) |', '|---|---|---|---|---|---|']
+           'did not diverge (one seed: its value). Grid points are listed, not selected.', '']
+  if extra:
+    lines[-1:] = ['', warning(rows), '']
+  heads = ['run directory', 'algorithm'] + [dict(SETTINGS)[k] for k in extra] + [
+      'grid point', 'seeds', 'final accuracy (%)', 'best accuracy (%)']
+  lines += ['| ' + ' | '.join(heads) + ' |', '|' + '---|' * len(heads)]
   for r in rows:
     seeds = f'{r["seeds"]}' + (f' ({r["diverged"]} diverged)' if r['diverged'] else '')
-    lines.append(f'| {r["run_dir"]} | {r["algo"]} | {r["grid_point"]} | {seeds} | '
-                 f'{_pct(r, "final_accuracy")} | {_pct(r, "best_accuracy")} |')
+    cells = [r['run_dir'], r['algo']] + [str(r.get(k)) for k in extra] + [
+        r['grid_point'], seeds, _pct(r, 'final_accuracy'), _pct(r, 'best_accuracy')]
+    lines.append('| ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines) + '\n'
 
 
@@ -130,6 +158,8 @@ def _pct(row, key):
   lo, hi = row[f'{key}_ci95_lo'], row[f'{key}_ci95_hi']
   if np.isnan(mean):
     return 'n/a'
+  if row.get('seeds', 2) < 2:  # no spread to show: "± 0.00" would claim one
+    return f'{100 * mean:.2f}'
   text = f'{100 * mean:.2f} ± {100 * std:.2f}'
   return text + (f' [{100 * lo:.2f}, {100 * hi:.2f}]' if not np.isnan(lo) else '')
 
@@ -153,11 +183,16 @@ def curves(rows) -> dict:
 
 def write(rows, out_dir, overwrite=False):
   """Writes OUTPUTS into out_dir; an existing one is replaced only with overwrite."""
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise UserError(f'--out={out_dir} is a file, not a directory')
   existing = [n for n in OUTPUTS if os.path.exists(os.path.join(out_dir, n))]
   if existing and not overwrite:
     raise UserError(f'{os.path.join(out_dir, existing[0])} exists; pass --overwrite to replace '
                     'it or choose another --out')
-  os.makedirs(out_dir, exist_ok=True)
+  try:
+    os.makedirs(out_dir, exist_ok=True)
+  except OSError as e:
+    raise UserError(f'--out={out_dir}: cannot create it ({e.strerror or e})') from None
   report.atomic_write(os.path.join(out_dir, 'comparison.md'), markdown(rows).encode())
   buf = io.StringIO()
   fields = [k for k in rows[0] if not k.startswith('_')]
@@ -187,6 +222,8 @@ def main(argv=None):
       if not rows:
         raise UserError('the run directories list no runs (empty runs.csv)')
       write(rows, args.out, args.overwrite)
+      if warning(rows):
+        sys.stderr.write(warning(rows) + '\n')
   except UserError as e:
     sys.stderr.write(f'error: {e}\n')
     return 2
