@@ -356,6 +356,13 @@ def _calibrate(exp, params):
   return np.asarray(before), np.asarray(after), num_test
 
 
+def target_words(rounds, target) -> str:
+  """'70% reached at round 12', or '70% not reached' (rounds None), for the closing line."""
+  if rounds is None:
+    return f'{target:.0%} not reached'
+  return f'{target:.0%} reached at round {rounds}'
+
+
 def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
   """The closing lines: one run's metrics, or each grid point's and the selected one; a
   warning naming the diverged runs. Returns summary_; raises DivergenceError when every run
@@ -366,8 +373,9 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
   if len(per_run) == 1 and ok:
     r = ok[0]
     log(f'done: final accuracy {r["final_accuracy"]:.4f}, best {r["best_accuracy"]:.4f}, '
-        f'last-10% mean {r["last10_mean_accuracy"]:.4f}, rounds to '
-        f'{cfg.target_accuracy:.0%}: {r["rounds_to_target"]}; {timing} -> {summary_["run_dir"]}')
+        f'last-10% mean {r["last10_mean_accuracy"]:.4f}, '
+        f'{target_words(r["rounds_to_target"], cfg.target_accuracy)}; {timing} -> '
+        f'{summary_["run_dir"]}')
   elif ok:
     for g in summary_['grid_points']:
       if g['final_accuracy']['mean'] is None:

@@ -361,7 +361,9 @@ def _log_header(study, compiled, run_dir, log):
       f'; {exp.strategy}); backend={jax.default_backend()}, {cfg.devices} of '
       f'{jax.device_count()} device(s)'
       + (f'; conv_impl={results.conv_impl(exp)}' if results.conv_impl(exp) else ''))
-  log(f'local work: up to {study.max_local_steps} steps per client per round; per-client state '
+  steps = study.max_local_steps
+  log(f'local work: {"up to " * (steps > 1)}{steps} step{"s" * (steps != 1)} per client per '
+      f'round; per-client state '
       f'{n_clients} clients x {state_bytes // max(n_clients, 1):,} bytes = {state_bytes:,} '
       f'bytes per run; run directory {run_dir}')
   if host_state.enabled(cfg):
