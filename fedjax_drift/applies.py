@@ -1,9 +1,9 @@
 """Which Config fields a run reads, so that a flag or --grid axis that does not apply is caught.
 
 Every registered choice (fedjax_drift/registry.py) declares the fields it reads when it is
-chosen: the algorithm and its local parts, aggregator, server and local optimizer, and the
-dataset (its loader's options), partition, scenario, augmentation, schedule and
-personalisation. The options that only matter while another flag is set (WHEN_SET) are
+chosen: the algorithm and its local parts, aggregator, server and local optimizer, the model
+(its --dropout, --gn_* options), and the dataset (its loader's options), partition, scenario,
+augmentation, schedule and personalisation. The options that only matter while another flag is set (WHEN_SET) are
 declared here. A field that no entry declares (--lr, --server_lr, --weight_decay, --rounds,
 ...) is read by every run and never checked.
 
@@ -17,12 +17,13 @@ import dataclasses
 
 # Importing the modules that register choices fills the registry before DECLARED is taken.
 from fedjax_drift import algorithms, personalize, registry, schedules
+from fedjax_drift.models import zoo  # pylint: disable=unused-import
 # pylint: disable-next=unused-import
 from fedjax_drift.data import partitions, pipeline, scenarios, sources
 from fedjax_drift.errors import UserError
 
 # The choices a plain flag selects, in the order _what names them.
-CHOICE_KINDS = ('scenario', 'partition', 'augment', 'personalize', 'lr_schedule',
+CHOICE_KINDS = ('model', 'scenario', 'partition', 'augment', 'personalize', 'lr_schedule',
                 'personalize_term')
 
 # flag -> (fields read only while it is set, fields it replaces and leaves unread).

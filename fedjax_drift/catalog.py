@@ -1,24 +1,7 @@
 """The valid values of the main flags, with one line each (`experiments/run.py --list`)."""
 from fedjax_drift import algorithms, registry  # pylint: disable=unused-import
 from fedjax_drift.data import partitions, scenarios, sources  # pylint: disable=unused-import
-from fedjax_drift.models.zoo import MODELS
-
-MODEL_SUMMARIES = {  # models built by a function rather than a documented class
-    'resnet8': 'CIFAR ResNet-8 with GroupNorm (FedGKD): 3 stages of one block',
-    'resnet18': 'the ResNet-18 layout on 32x32 inputs, GroupNorm',
-    'resnet20': 'He et al.\'s CIFAR ResNet-20, GroupNorm',
-    # Docstrings whose first sentence is too long or holds an abbreviation ("App. D").
-    'resnet20_bn': 'He et al.\'s CIFAR ResNet-20 with BatchNorm, option A shortcuts (FedFOR)',
-    'cnn_mcmahan_cifar': 'McMahan et al.\'s (2017) CIFAR-10 CNN from the TensorFlow tutorial '
-                         '(IGFL)',
-}
-def _model_summary(name):
-  """The first line of the model class's docstring, or MODEL_SUMMARIES[name]."""
-  if name in MODEL_SUMMARIES:
-    return MODEL_SUMMARIES[name]
-  paragraph = (MODELS[name][0].__doc__ or '').strip().split('\n\n')[0]
-  sentence = ' '.join(paragraph.split()).split('. ')[0].rstrip('.')
-  return sentence if len(sentence) <= 90 else sentence[:87] + '...'
+from fedjax_drift.models import zoo  # pylint: disable=unused-import
 
 
 def _registered(kind):
@@ -38,7 +21,7 @@ def sections():
   """[(title, flag, {value: one-line summary})] for algorithms, models, datasets, ..."""
   return [
       ('algorithms', 'algo', _registered('algorithm')),
-      ('models', 'model', {n: _model_summary(n) for n in MODELS}),
+      ('models', 'model', _registered('model')),
       ('datasets', 'dataset', dict(sources.DATASETS)),
       ('partitions', 'partition', _registered('partition')),
       ('scenarios', 'scenario', _registered('scenario')),

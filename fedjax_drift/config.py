@@ -418,6 +418,11 @@ class Config:
                          group='run', bounds=AT_LEAST_0)
   devices: int = _f(1, 'split the cohort over this many devices (a jax.sharding mesh)',
                     group='run', bounds=AT_LEAST_1)
+  client_state: str = _f('device', 'where the per-client state table (SCAFFOLD\'s c_i, '
+                         'FedDyn\'s gradients, ...) lives: device = inside the compiled program; '
+                         'host = in host memory, the cohort\'s rows copied in and out each round '
+                         '(populations whose table exceeds the device memory)',
+                         ('device', 'host'), group='run')
   distributed: str = _f('auto', 'one run across processes with jax.distributed: auto = when '
                        '--num_processes > 1 or --coordinator_address is given, or a multi-'
                        'process SLURM / Open MPI launch is detected; on = always (JAX detects '
@@ -552,6 +557,9 @@ class Config:
     if self.clients_per_round % self.devices:
       raise UserError(f'--clients_per_round={self.clients_per_round} must be a multiple of '
                       f'--devices={self.devices}')
+    if self.client_state == 'host' and self.devices > 1:
+      raise UserError(f'--client_state=host runs on one device; --devices={self.devices} '
+                      'splits the cohort over several (use --client_state=device)')
     if self.gn_groups and self.gn_group_size:
       raise UserError(f'--gn_groups={self.gn_groups} and --gn_group_size={self.gn_group_size} '
                       'conflict: give only one of them')

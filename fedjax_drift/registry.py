@@ -28,6 +28,7 @@ KINDS = {
     'server': ('server_optimizer', 'server optimizers'),
     'local_optimizer': ('local_optimizer', 'local optimizers'),
     'model': ('model', 'models'),
+    'init': ('init', 'parameter initialisations'),
     'dataset': ('dataset', 'datasets'),
     'partition': ('partition', 'partitions'),
     'scenario': ('scenario', 'scenarios'),

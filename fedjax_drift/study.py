@@ -335,7 +335,7 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
     params = saved.into(params, saved.read(config.init_params, config.init_params_run),
                         config.init_params)
   state = engine.init_state(algo, params, len(train_parts), jax.random.fold_in(run_key, 1),
-                            scenario)
+                            scenario, host_table=config.client_state == 'host')
   if scenario.fresh_cohort is not None and jax.tree.leaves(state.clients):
     raise UserError(f'--scenario=longtail_stateless draws new clients every round, so '
                     f'--algo={config.algo}\'s per-client state would never be used; pick a '
@@ -400,21 +400,26 @@ def _stack_tables(tables):
 def state_shapes(runs, shared):
   """(state, client tables) of the first run's set-up as shapes (jax.eval_shape: nothing is
   allocated); every run of a study has the same."""
+  config = dataclasses.replace(runs[0].config, client_state='device')  # the same shapes
   return jax.eval_shape(lambda: (lambda e: (e.state, e.data._replace(x=(), y=())))(
-      _build_run(runs[0].config, shared)))
+      _build_run(config, shared)))
 
 
 def device_bytes(runs, shared, width, shapes=None) -> int:
   """Bytes a study of `runs` holds on the device before its first round, from shapes alone
   (`state_shapes`, or `shapes` if given): the data once, and per run (padded to a multiple
   of `width`) its state and client tables twice, as the run's own and in the stacked copy
-  (Study keeps both until distributed.place drops the runs' own)."""
+  (Study keeps both until distributed.place drops the runs' own). With --client_state=host
+  the per-client state table counts only the cohort's K rows (the rest is in host memory)."""
   state, tables = shapes or state_shapes(runs, shared)
   ds = shared.dataset
   data = sum(int(np.asarray(a).nbytes) for a in (shared.y, ds.x_test, ds.y_test))
   padded = len(runs) + (-len(runs) % width)
-  return int(shared.x.nbytes + data
-             + 2 * padded * (federated.nbytes(state) + federated.nbytes(tables)))
+  state_bytes = federated.nbytes(state)
+  if runs[0].config.client_state == 'host':
+    table, cfg = federated.nbytes(state.clients), runs[0].config
+    state_bytes -= table - table * cfg.clients_per_round // max(cfg.num_clients, 1)
+  return int(shared.x.nbytes + data + 2 * padded * (state_bytes + federated.nbytes(tables)))
 
 
 def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
@@ -443,18 +448,27 @@ def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
     inputs['cohorts'] = jnp.asarray(shared.cohorts)
   max_local_steps = max(e.max_local_steps for e in experiments)
   step = _make_step(runs[0].config, experiments[0], max_local_steps, width)
+  state = _stack([e.state._replace(clients=()) for e in padded])
+  if config.client_state == 'host':  # numpy [R, N, ...]: the table never enters the device
+    state = state._replace(clients=jax.tree.map(lambda *a: np.stack(a),
+                                                *[e.state.clients for e in padded]))
+    # One host copy: each run's own table is not needed again (only its shape, for the log).
+    experiments = [e._replace(state=e.state._replace(clients=jax.eval_shape(
+        lambda c: c, e.state.clients))) for e in experiments]
+  else:
+    state = state._replace(clients=_stack([e.state.clients for e in padded]))
   return Study(config, runs, experiments, traced, width,
-               _stack_tables([e.data for e in padded]), inputs,
-               _stack([e.state for e in padded]), step, max_local_steps)
+               _stack_tables([e.data for e in padded]), inputs, state, step, max_local_steps)
 
 
 def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk, scenario,
-                    pipeline, client_probe=None, cohorts=None):
+                    pipeline, client_probe=None, cohorts=None, cohort_rows=False):
   """round_fn(state, data) -> (state, metrics) of one run. The algorithm is built inside the
   trace at the round's client learning rate (schedules.py: --lr_schedule at state.round), so
   a schedule costs the host nothing and a resume continues it exactly; with a constant
   schedule the config is untouched and the program is the unscheduled one. cohorts: see
-  engine.make_round (--cohorts=file:), or None to sample."""
+  engine.make_round (--cohorts=file:), or None to sample. cohort_rows: state.clients holds
+  the cohort's rows only (--client_state=host; engine.make_round)."""
 
   def round_fn(state, data):
     at_round = schedules.at_round(config, state.round)
@@ -464,7 +478,8 @@ def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk
         algorithms.weighting(at_round), chunk, at_round.cohort_sampler, at_round.devices,
         scenario, pipeline, client_probe, config.diag_attention, cohorts,
         unreliable.from_values(at_round.dropout_prob, at_round.straggler_frac,
-                               at_round.straggler_min_steps))(state, data)
+                               at_round.straggler_min_steps),
+        cohort_rows=cohort_rows)(state, data)
     return state, {**metrics, **schedules.diagnostics(at_round)}
 
   return round_fn
@@ -478,7 +493,7 @@ def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
     config = dataclasses.replace(base, **run_inputs['hp'])
     round_fn = scheduled_round(config, exp.model, run_inputs['server_data'], exp.schedule,
                                max_local_steps, exp.chunk, exp.scenario, exp.pipeline, probe,
-                               cohorts)
+                               cohorts, base.client_state == 'host')
     return round_fn(state, data._replace(client_index=index, client_count=count,
                                          label_hist=hist))
 

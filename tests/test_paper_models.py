@@ -13,7 +13,7 @@ from flax import linen as nn
 from fedjax_drift import models
 from fedjax_drift.algorithms import fedbn
 from fedjax_drift.errors import UserError
-from fedjax_drift.models import zoo
+from fedjax_drift.models import convnets, norms, resnets
 
 CIFAR = (32, 32, 3)
 
@@ -57,7 +57,7 @@ def test_resnet20_bn_is_he_et_al():
 
 def test_option_a_shortcut_pads_channels():
   x = jnp.arange(2 * 4 * 4 * 16, dtype=jnp.float32).reshape(2, 4, 4, 16)
-  y = zoo._pad_shortcut(x, 32, 2)
+  y = resnets._pad_shortcut(x, 32, 2)
   assert y.shape == (2, 2, 2, 32)
   np.testing.assert_array_equal(y[..., 8:24], x[:, ::2, ::2, :])
   assert float(jnp.abs(y[..., :8]).sum() + jnp.abs(y[..., 24:]).sum()) == 0.0
@@ -65,10 +65,10 @@ def test_option_a_shortcut_pads_channels():
 
 def test_resnet8_groupnorm_has_16_channels_per_group():
   for channels in (16, 32, 64):
-    assert zoo._norm('gn16', 'n', channels, False).num_groups == channels // 16
+    assert norms.norm('gn16', 'n', channels, False).num_groups == channels // 16
   # Functionally: with 16 channels per group, each 16-channel slice is normalised alone.
   x = jax.random.normal(jax.random.key(1), (2, 4, 4, 32)) * jnp.arange(1, 33)
-  gn = zoo._norm('gn16', 'n', 32, False)
+  gn = norms.norm('gn16', 'n', 32, False)
   y = gn.apply(gn.init(jax.random.key(0), x), x)
   for g in range(2):
     part = np.asarray(y[..., 16 * g:16 * (g + 1)]).reshape(2, -1)
@@ -79,9 +79,9 @@ def test_resnet8_groupnorm_has_16_channels_per_group():
 def test_max_pool_3x3_matches_flax_same():
   x = jax.random.normal(jax.random.key(2), (2, 24, 24, 5))
   want = nn.max_pool(x, (3, 3), strides=(2, 2), padding='SAME')
-  np.testing.assert_array_equal(zoo.max_pool_3x3_s2(x), want)
+  np.testing.assert_array_equal(convnets.max_pool_3x3_s2(x), want)
   x = x[:, :13, :11]
-  np.testing.assert_array_equal(zoo.max_pool_3x3_s2(x),
+  np.testing.assert_array_equal(convnets.max_pool_3x3_s2(x),
                                 nn.max_pool(x, (3, 3), strides=(2, 2), padding='SAME'))
 
 
@@ -91,7 +91,7 @@ def test_local_response_norm_matches_its_definition():
   for d in range(12):
     window = (x[..., max(0, d - 4):d + 5] ** 2).sum(-1)
     want[..., d] = x[..., d] / (1.0 + 0.001 / 9.0 * window) ** 0.75
-  np.testing.assert_allclose(zoo.local_response_norm(jnp.asarray(x)), want, rtol=1e-6)
+  np.testing.assert_allclose(convnets.local_response_norm(jnp.asarray(x)), want, rtol=1e-6)
 
 
 def test_mcmahan_cnn_crops_and_standardises():

@@ -16,6 +16,7 @@ import fedjax_drift
 from fedjax_drift import algorithms, applies, catalog, models, registry
 from fedjax_drift.config import Config
 from fedjax_drift.data import partitions
+from fedjax_drift.models import zoo
 
 # (kind, name) -> declared fields that another module reads for the entry.
 READ_ELSEWHERE = {
@@ -49,6 +50,11 @@ def _context(kind):
     return dict(parts=('igfl_c',))
   if kind == 'scenario':
     return dict(num_classes=10, y_train=np.arange(100) % 10)
+  if kind == 'algorithm':  # a method's build wraps the composed algorithm (algorithms.get)
+    model = models.get('mlp', 10, (28, 28, 1))
+    return algorithms.method_context(Config(), model, algorithms.get('fedavg', Config(), model))
+  if kind == 'model':  # token sequences of 16 over 100 ids serve the text models
+    return dict(num_classes=10, input_shape=(2, 16), vocab_size=100)
   return {}
 
 
@@ -98,8 +104,9 @@ def test_lists_derive_from_the_registry():
   assert partitions.NAMES == registry.names('partition')
   assert tuple(catalog.values('algo')) == registry.names('algorithm')
   fields = {f.name: f for f in dataclasses.fields(Config)}
-  for kind in ('scenario', 'augment', 'lr_schedule', 'personalize', 'personalize_term',
-               'local_optimizer'):
+  assert tuple(zoo.MODELS) == registry.names('model') == tuple(catalog.values('model'))
+  for kind in ('model', 'init', 'scenario', 'augment', 'lr_schedule', 'personalize',
+               'personalize_term', 'local_optimizer'):
     flag = registry.KINDS[kind][0]
     assert tuple(fields[flag].metadata['choices']) == registry.names(kind, selectable=True)
 
@@ -123,3 +130,14 @@ def test_a_registered_part_is_usable_at_once():
 def test_unknown_choice_names_the_flag():
   with pytest.raises(fedjax_drift.UserError, match=r'^--scenario=statc is unknown.*static'):
     registry.get('scenario', 'statc')
+
+
+def test_a_model_option_is_checked_through_its_entry():
+  """--gn_eps is read by the GroupNorm models alone: applies tracks it, models.get refuses it
+  on another model, and a --grid axis over it on a model without GroupNorm is refused."""
+  assert 'gn_eps' in applies.reads(Config(model='resnet8'))
+  assert applies.unread_flags(Config(model='mlp', gn_eps=1e-5)) == ['gn_eps']
+  with pytest.raises(fedjax_drift.UserError, match='--gn_eps=1e-05 does not apply'):
+    models.get('mlp', 10, (28, 28, 1), gn_eps=1e-5)
+  with pytest.raises(fedjax_drift.UserError, match='--grid: gn_eps is not read with --model=mlp'):
+    applies.check_grid(Config(model='mlp'), {'gn_eps': [1e-5, 1e-6]})

@@ -23,16 +23,27 @@ convolution is selectable (`--conv_impl`):
 A `Conv` uses its own `impl` if set, else the one of the enclosing `conv_impl(...)` scope;
 `models.get(..., conv_impl=...)` opens that scope around every init/apply, so model classes
 need not pass the choice down and the engine never sees it.
+
+The parameter initialisation (--init, registry kind 'init') is a scope of the same kind:
+`init_scheme('torch')` makes `Conv`, `StridedConv`, `ConvReluPool` and `dense` draw their
+parameters as PyTorch's nn.Conv2d / nn.Linear do; the default scope ('flax') keeps flax's
+lecun-normal kernels and zero biases.
+
+The strided convolution and pooling in PyTorch's conventions (FedBN's AlexNet, ResNet-50's
+strided 3x3) are at the end.
 """
 import contextlib
 import contextvars
+import math
 import sys
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
+from fedjax_drift import registry
 from fedjax_drift.models import onednn
 
 CONV_IMPLS = ('auto', 'im2col', 'lax', 'onednn')
@@ -89,6 +100,83 @@ def conv_impl(impl):
 
 def current_conv_impl():
   return _CONV_IMPL.get()
+
+
+# --- Parameter initialisation (--init) ----------------------------------------------------------
+
+_INIT_SCHEME = contextvars.ContextVar('init_scheme', default='flax')
+
+
+@contextlib.contextmanager
+def init_scheme(scheme):
+  """Layers built inside this scope draw their parameters as `scheme` ('flax' or 'torch') does."""
+  if scheme not in ('flax', 'torch'):
+    raise ValueError(f'init_scheme must be flax or torch, got {scheme!r}')
+  token = _INIT_SCHEME.set(scheme)
+  try:
+    yield
+  finally:
+    _INIT_SCHEME.reset(token)
+
+
+def current_init_scheme():
+  """'flax' (the default) or 'torch': the enclosing init_scheme(...) scope's."""
+  return _INIT_SCHEME.get()
+
+
+def torch_uniform(fan_in):
+  """Initializer U(-1/sqrt(fan_in), 1/sqrt(fan_in)) whatever the shape asked for.
+
+  PyTorch's nn.Linear / nn.Conv2d `reset_parameters`: the weight's kaiming_uniform_(a=sqrt(5))
+  has gain sqrt(2 / (1 + 5)) and bound gain * sqrt(3 / fan_in) = 1/sqrt(fan_in); the bias is
+  U(+-1/sqrt(fan_in)) with the weight's fan_in (in_features, or in_channels * kh * kw).
+  """
+  bound = 1.0 / math.sqrt(fan_in)
+
+  def init(key, shape, dtype=jnp.float32):
+    return jax.random.uniform(key, shape, dtype, -bound, bound)
+  return init
+
+
+def conv_inits(kernel_init, fan_in):
+  """(kernel initializer, bias initializer) of a convolution with `fan_in` = in_ch * kh * kw:
+  its own kernel_init if given (a paper's code sets it), else the scope's: torch_uniform in a
+  'torch' scope, flax's lecun-normal otherwise; biases torch_uniform or zeros likewise."""
+  torch = current_init_scheme() == 'torch'
+  if kernel_init is None:
+    kernel_init = torch_uniform(fan_in) if torch else nn.initializers.lecun_normal()
+  return kernel_init, torch_uniform(fan_in) if torch else nn.initializers.zeros
+
+
+def dense(x, features, name, torch_kernel_init=None):
+  """nn.Dense(features, name=name)(x), initialised as the scope says: flax's defaults, or
+  PyTorch's nn.Linear (`torch_uniform` of in_features for kernel and bias), with the kernel
+  from `torch_kernel_init` instead where a paper's torch code sets its own."""
+  if current_init_scheme() == 'torch':
+    bias_init = torch_uniform(x.shape[-1])
+    return nn.Dense(features, kernel_init=torch_kernel_init or bias_init, bias_init=bias_init,
+                    name=name)(x)
+  return nn.Dense(features, name=name)(x)
+
+
+def embed(num_embeddings, features, flax_init, name):
+  """nn.Embed with `flax_init` (the model's own), or N(0, 1) as PyTorch's nn.Embedding in a
+  'torch' scope."""
+  init = (nn.initializers.normal(1.0) if current_init_scheme() == 'torch' else flax_init)
+  return nn.Embed(num_embeddings, features, embedding_init=init, name=name)
+
+
+def _zeros_after(params):
+  return jax.tree.map(jnp.zeros_like, params)
+
+
+# info: (the scope's scheme, a function applied to the initial params or None).
+registry.register('init', 'default', 'flax\'s defaults: lecun-normal kernels, zero biases (and '
+                  'the convolutions a paper\'s code initialises its own way)', info=('flax', None))
+registry.register('init', 'zeros', 'every parameter 0', info=('flax', _zeros_after))
+registry.register('init', 'torch', 'each layer as PyTorch builds it (nn.Linear/nn.Conv2d: '
+                  'U(+-1/sqrt(fan_in)); nn.Embedding N(0,1)), the papers\' ResNets as their code',
+                  info=('torch', None))
 
 
 def im2col(x, kernel_size, padding):
@@ -199,17 +287,18 @@ class Conv(nn.Module):
   kernel_size: int = 3
   padding: str = 'SAME'
   use_bias: bool = True
-  kernel_init: Any = nn.initializers.lecun_normal()
+  kernel_init: Any = None  # None: the init scope's (`conv_inits`)
   impl: Optional[str] = None  # None: the enclosing conv_impl(...) scope's (default im2col)
 
   @nn.compact
   def __call__(self, x):
     k, c = self.kernel_size, x.shape[-1]
-    kernel = self.param('kernel', self.kernel_init, (k, k, c, self.features))
+    kernel_init, bias_init = conv_inits(self.kernel_init, k * k * c)
+    kernel = self.param('kernel', kernel_init, (k, k, c, self.features))
     impl = resolve_conv_impl(self.impl) if self.impl else current_conv_impl()
     y = conv2d(x, kernel, self.padding, impl)
     if self.use_bias:
-      y = y + self.param('bias', nn.initializers.zeros, (self.features,))
+      y = y + self.param('bias', bias_init, (self.features,))
     return y
 
 
@@ -225,5 +314,87 @@ class ConvReluPool(nn.Module):
   @nn.compact
   def __call__(self, x):
     y = Conv(self.features, self.kernel_size, use_bias=False, name='conv')(x)
-    bias = self.param('bias', nn.initializers.zeros, (self.features,))
+    _, bias_init = conv_inits(None, self.kernel_size ** 2 * x.shape[-1])  # the conv's bias
+    bias = self.param('bias', bias_init, (self.features,))
     return nn.relu(max_pool_2x2(y) + bias)
+
+
+# --- Strided convolution and pooling in PyTorch's conventions (FedBN's AlexNet, ResNet-50). ---
+
+def conv2d_strided(x, kernel, stride, padding, impl):
+  """torch's Conv2d(stride, padding) of NHWC `x` with an HWIO `kernel`, bias excluded.
+
+  im2col takes the patches with strided slices, so only the output positions are gathered
+  (a stride-1 conv subsampled afterwards would compute stride^2 times the work); lax passes
+  the stride to `lax.conv_general_dilated`, onednn to oneDNN's convolution. Output size:
+  (H + 2 padding - k) // stride + 1.
+  """
+  k, _, c, f = kernel.shape
+  pads = ((padding, padding), (padding, padding))
+  if impl == 'lax':
+    return jax.lax.conv_general_dilated(x, kernel, (stride, stride), pads,
+                                        dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+  if impl == 'onednn':
+    return onednn.conv(x, kernel, (stride, stride), pads)
+  if impl != 'im2col':
+    raise ValueError(f'conv2d_strided: impl must be im2col, lax or onednn, got {impl!r}')
+  x = jnp.pad(x, ((0, 0),) + pads + ((0, 0),))
+  oh, ow = (x.shape[1] - k) // stride + 1, (x.shape[2] - k) // stride + 1
+  patches = jnp.concatenate(
+      [x[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride, :]
+       for i in range(k) for j in range(k)], -1)  # ordered (kh, kw, c) like an HWIO kernel
+  return patches @ kernel.reshape(k * k * c, f)
+
+
+class StridedConv(nn.Module):
+  """A 2-D convolution with a stride and explicit zero padding (torch's Conv2d arguments).
+
+  Computed as `Conv` is: im2col + GEMM, lax.conv or oneDNN, as the enclosing --conv_impl scope
+  says; initialised as `Conv` is (`conv_inits`).
+  """
+  features: int
+  kernel_size: int
+  stride: int
+  padding: int
+  use_bias: bool = True
+  kernel_init: Any = None  # None: the init scope's (`conv_inits`)
+
+  @nn.compact
+  def __call__(self, x):
+    k = self.kernel_size
+    kernel_init, bias_init = conv_inits(self.kernel_init, k * k * x.shape[-1])
+    kernel = self.param('kernel', kernel_init, (k, k, x.shape[-1], self.features))
+    y = conv2d_strided(x, kernel, self.stride, self.padding, current_conv_impl())
+    if self.use_bias:
+      y = y + self.param('bias', bias_init, (self.features,))
+    return y
+
+
+def max_pool_valid(x, size, stride):
+  """torch's MaxPool2d(size, stride) (no padding, floor) of NHWC `x`, as a max of slices."""
+  h, w = x.shape[1], x.shape[2]
+  if h < size or w < size:
+    raise ValueError(f'max_pool_valid: a {h}x{w} map is smaller than the {size}x{size} window')
+  oh, ow = (h - size) // stride + 1, (w - size) // stride + 1
+  out = None
+  for i in range(size):
+    for j in range(size):
+      s = x[:, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride, :]
+      out = s if out is None else jnp.maximum(out, s)
+  return out
+
+
+def _adaptive_weights(size, out):
+  """[out, size] averaging matrix of torch's AdaptiveAvgPool: bin i covers
+  [floor(i size / out), ceil((i + 1) size / out))."""
+  m = np.zeros((out, size), np.float32)
+  for i in range(out):
+    lo, hi = (i * size) // out, -(-((i + 1) * size) // out)
+    m[i, lo:hi] = 1.0 / (hi - lo)
+  return m
+
+
+def adaptive_avg_pool(x, out):
+  """torch's AdaptiveAvgPool2d((out, out)) of NHWC `x` (bins overlap or repeat as torch's do)."""
+  mh, mw = _adaptive_weights(x.shape[1], out), _adaptive_weights(x.shape[2], out)
+  return jnp.einsum('ih,bhwc,jw->bijc', mh, x, mw)

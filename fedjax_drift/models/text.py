@@ -26,7 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from fedjax_drift import registry
 from fedjax_drift.errors import UserError
+from fedjax_drift.models.layers import dense, embed
 
 
 class Spec(NamedTuple):
@@ -170,10 +172,9 @@ class TextBag(nn.Module):
   @nn.compact
   def __call__(self, x, return_features=False):
     ids, mask = x[:, 0], x[:, 1].astype(jnp.float32)
-    e = nn.Embed(self.vocab_size, self.dim, embedding_init=nn.initializers.normal(0.1),
-                 name='embed')(ids)
+    e = embed(self.vocab_size, self.dim, nn.initializers.normal(0.1), 'embed')(ids)
     z = (e * mask[..., None]).sum(1) / jnp.maximum(mask.sum(1, keepdims=True), 1.0)
-    logits = nn.Dense(self.num_classes, name='head')(z)
+    logits = dense(z, self.num_classes, 'head')
     return (logits, z) if return_features else logits
 
 
@@ -225,6 +226,26 @@ def text_bag(num_classes, vocab_size, seq_len):  # pylint: disable=unused-argume
 
   See `TextBag`; it trains from scratch in CPU-seconds."""
   return TextBag(num_classes, vocab_size)
+
+
+# --- Registration -----------------------------------------------------------------------------
+# build(values, num_classes, input_shape, vocab_size) -> the flax module; info: the family
+# ('text': int32 [B, 2, L] token ids and attention masks). --pretrained is read here and by
+# the text datasets' tokenizers, so no entry declares it. DistilBERT's layers draw their
+# parameters as Hugging Face's PyTorch `_init_weights` does under every --init.
+registry.register('model', 'distilbert', 'DistilBERT with Hugging Face\'s classification head; '
+                  '--pretrained=DIR loads a checkpoint', reads=('dropout',),
+                  build=lambda v, num_classes, input_shape, vocab_size: distilbert(
+                      num_classes, vocab_size, input_shape[1], v.dropout, v.pretrained),
+                  info='text')
+registry.register('model', 'text_bag', 'Bag of embeddings (fastText-like): masked mean of 64-d '
+                  'token embeddings, linear classifier',
+                  build=lambda v, num_classes, input_shape, vocab_size: text_bag(
+                      num_classes, vocab_size, input_shape[1]), info='text')
+registry.register('model', 'text_transformer', 'A 2-layer transformer encoder (dim 64, 2 heads, '
+                  'FFN 256) in DistilBERT\'s layout', reads=('dropout',),
+                  build=lambda v, num_classes, input_shape, vocab_size: text_transformer(
+                      num_classes, vocab_size, input_shape[1], v.dropout), info='text')
 
 
 # ----------------------------------------------------------------------------------------------
