@@ -253,11 +253,30 @@ def client_mesh(devices: int):
   return Mesh(np.array(jax.devices()[:devices]), ('clients',))
 
 
+def cohort_ids(state: ServerState, data: FederatedData, cohort_size: int,
+               sampler: str = 'uniform', cohorts=None):
+  """Round state.round's cohort [K] (int32 client ids), as make_round draws it: row
+  state.round of `cohorts` if given, else sampled from fold_in(fold_in(key, round), 0).
+  Reads only the state's key and round, so the host can ask for it before the round
+  (--client_state=host gathers those clients' rows)."""
+  if cohorts is not None:
+    return jnp.asarray(cohorts, jnp.int32)[state.round]
+  key = jax.random.fold_in(jax.random.fold_in(state.key, state.round), 0)
+  if sampler == 'cover_classes':
+    return sample_covering_cohort(key, data.label_hist, cohort_size)
+  return sample_cohort(key, data.client_count.shape[0], cohort_size)
+
+
 def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: int,
                cohort_size: int, weighting: str = 'examples', chunk: int = 1,
                sampler: str = 'uniform', devices: int = 1, scenario=None, pipeline=None,
-               client_probe=None, keep_aux=False, cohorts=None, unreliable=None):
+               client_probe=None, keep_aux=False, cohorts=None, unreliable=None,
+               cohort_rows=False):
   """Returns round_fn(state, data) -> (state, metrics), pure and jittable.
+
+  cohort_rows (--client_state=host): state.clients holds only this round's cohort's rows,
+  [K, ...] in cohort order (the host gathered them at `cohort_ids`), so they are read and
+  written by position; the full [N, ...] table stays outside the program (host_state.py).
 
   unreliable (fedjax_drift/unreliable.py; None = every client reports and runs its H_i):
   dropped clients and stragglers, drawn from fold_in(round key, 5) and each client's id.
@@ -297,19 +316,15 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
       hists = jax.vmap(lambda r, v: jnp.zeros(num_classes).at[data.y[r]].add(v))(
           rows, valid.astype(jnp.float32))
     else:
-      if cohorts is not None:
-        ids = jnp.asarray(cohorts, jnp.int32)[state.round]
-      elif sampler == 'cover_classes':
-        ids = sample_covering_cohort(jax.random.fold_in(rkey, 0), data.label_hist, cohort_size)
-      else:
-        ids = sample_cohort(jax.random.fold_in(rkey, 0), num_clients, cohort_size)
+      ids = cohort_ids(state, data, cohort_size, sampler, cohorts)
       rows, counts, hists = data.client_index[ids], data.client_count[ids], data.label_hist[ids]
     if scenario.name == 'concept_shift':  # histograms of the relabelled classes
       classes = jnp.arange(hists.shape[1], dtype=jnp.int32)
       hists = hists @ jax.nn.one_hot(scenario.relabel(concept, classes), hists.shape[1])
     client_key = jax.random.fold_in(rkey, 1)
     payload = algo.broadcast(state.params, state.server)
-    old_states = _gather(state.clients, ids)
+    slots = jnp.arange(cohort_size, dtype=jnp.int32) if cohort_rows else ids
+    old_states = _gather(state.clients, slots)
     num_steps = client_steps(counts, schedule).astype(jnp.int32)
     spe = steps_per_epoch(counts, schedule.batch_size)
 
@@ -374,7 +389,7 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     # The first cohort member whose update is non-finite (-1 if none), for the error message.
     metrics['bad_client'] = jnp.where(jnp.all(client_finite), -1,
                                       ids[jnp.argmin(client_finite)])
-    return freeze_if_diverged(state, finite, params, server, ids, new_states, old_states,
+    return freeze_if_diverged(state, finite, params, server, slots, new_states, old_states,
                               concept), metrics
 
   return round_fn
@@ -489,9 +504,14 @@ def make_segment(step_fn, length: int, out_shardings=None, compiler_options=None
 
 
 def init_state(algo: FederatedAlgorithm, params, num_clients: int, key,
-               scenario=None) -> ServerState:
+               scenario=None, host_table=False) -> ServerState:
+  """The state before round 0: every client's state is algo.init_client(params), stacked
+  [num_clients, ...] on the device, or in host memory as numpy with host_table=True
+  (--client_state=host: the table never enters the device)."""
   one = algo.init_client(params)
-  clients = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_clients,) + a.shape).copy(), one)
+  xp = np if host_table else jnp
+  clients = jax.tree.map(
+      lambda a: xp.broadcast_to(xp.asarray(a), (num_clients,) + a.shape).copy(), one)
   scenario_state = scenario.init(jax.random.fold_in(key, 7)) if scenario is not None else ()
   return ServerState(params, algo.init(params), clients, jnp.zeros((), jnp.int32), key,
                      scenario_state, jnp.zeros((), jnp.int32))
