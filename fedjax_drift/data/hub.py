@@ -16,13 +16,20 @@ Integer and string columns other than the image and label become Dataset.groups 
 0..k-1 in sorted order of the values), e.g. a writer id for --partition=natural:writer_id.
 """
 import contextlib
+import logging
 import os
+import socket
+import threading
 
 import numpy as np
 
 from fedjax_drift.data import common, images, multidomain, text
 from fedjax_drift.errors import UserError
 
+# Offline, TFDS retries its downloads for minutes before it fails: an unprepared dataset
+# first checks that the internet answers, within ONLINE_PROBE_S.
+ONLINE_PROBE_S = 5
+ONLINE_PROBE_HOST = ('storage.googleapis.com', 443)  # where TFDS's own downloads come from
 TFDS_DOMAINNET = tuple(f'domainnet/{site}' for site in multidomain.DOMAINNET_SITES)
 
 
@@ -128,9 +135,52 @@ def _tfds_texts(source, keys, label_key, where):
   return texts, y
 
 
+def online(host=ONLINE_PROBE_HOST, seconds=ONLINE_PROBE_S) -> bool:
+  """Whether a TCP connection to `host` opens within `seconds` (name lookup included, which
+  a socket timeout does not bound: it runs in a thread that is left behind if it hangs)."""
+  done = []
+
+  def connect():
+    try:
+      socket.create_connection(host, timeout=seconds).close()
+      done.append(True)
+    except OSError:
+      pass
+
+  probe = threading.Thread(target=connect, daemon=True)
+  probe.start()
+  probe.join(seconds)
+  return bool(done)
+
+
+def _check_prepared_or_online(tfds, name, data_dir):
+  """Refuses at once a dataset of TFDS's catalogue that TFDS would have to download when the
+  internet is unreachable (TFDS itself retries for minutes). A name TFDS does not know is left
+  to data_source."""
+  absl = logging.getLogger('absl')
+  level = absl.level
+  absl.setLevel(logging.ERROR)  # "Variant folder ... has no dataset_info.json": not prepared
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+    prepared, where = builder.is_prepared(), builder.data_dir
+  except Exception:  # pylint: disable=broad-except
+    return
+  finally:
+    absl.setLevel(level)
+  # TFDS's own catalogue downloads from the internet; a builder defined elsewhere (a user's,
+  # a test's) may prepare from local files.
+  catalogue = type(builder).__module__.startswith('tensorflow_datasets.')
+  if catalogue and not prepared and not online():
+    raise UserError(f'--dataset=tfds:{name} is not prepared in {where} and the internet is '
+                    f'unreachable ({ONLINE_PROBE_HOST[0]} did not answer within '
+                    f'{ONLINE_PROBE_S}s); prepare it once where there is internet and pass that '
+                    'tensorflow_datasets folder as --data_dir')
+
+
 def _tfds_split(name, split, data_dir, size):
   """One TFDS split -> (x, y); x is a list of strings for a text dataset."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  _check_prepared_or_online(tfds, name, data_dir)
   try:
     # tfds.data_source picks ArrayRecord (the random-access format) only when no data_dir is
     # given; with one, TFDS would prepare TFRecord files that data_source cannot read.
