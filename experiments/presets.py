@@ -40,14 +40,29 @@ accuracy plot per scenario. An --out that already holds results is refused witho
 """
 import argparse
 import os
+import signal
 import sys
 import time
+
+
+def _early_stop(signum, frame):  # pylint: disable=unused-argument
+  """SIGINT, SIGTERM or SIGHUP before main's handlers are in place (while JAX imports):
+  nothing is written yet, so one line and 128 + the signal, at once."""
+  name = 'interrupted' if signum == signal.SIGINT else f'stopped by {signal.Signals(signum).name}'
+  os.write(2, f'error: {name}\n'.encode())
+  os._exit(128 + signum)  # pylint: disable=protected-access
+
+
+if __name__ == '__main__':  # the first instruction: a signal while importing is one line too
+  for _signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(_signal, _early_stop)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import fedjax_drift  # noqa: E402
-from fedjax_drift import report, tables  # noqa: E402,F401
+from fedjax_drift import cli, interrupts, report, tables  # noqa: E402,F401
+from fedjax_drift.errors import did_you_mean  # noqa: E402
 from fedjax_drift.config import grid_points, parse_grid  # noqa: E402,F401
 # The library's names, re-exported: tests and experiments/collect_results.py use them as
 # `presets.NAME` after `import presets`.
@@ -71,18 +86,37 @@ from presetlib.tiers import (  # noqa: E402,F401
     cpu_values, method_grid, resolve, scaled_shift_count, scenario_names)
 
 
+HARD_EXIT_S = 20  # after a signal the command ends within this (workers get STOP_GRACE_S)
+RESUME_HINT = ('rerun the same command to continue: finished methods are kept, interrupted '
+               'ones resume from their checkpoints')
+
+
+def _refuse(message):
+  """argparse's error: one line (main prints it), no usage dump."""
+  raise fedjax_drift.UserError(message)
+
+
 def build_parser():
-  """The command line's argparse.ArgumentParser."""
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('preset', nargs='?', choices=sorted(PRESETS) + ['all'])
+  """The command line's argparse.ArgumentParser (its own flags; any other --flag=value is a
+  run flag, set over every run of the preset: run_flags)."""
+  parser = argparse.ArgumentParser(
+      description=__doc__.splitlines()[0], allow_abbrev=False,
+      epilog='Any run flag (fedjax-drift --help), e.g. --image_size=32, --seed=100 (a seed '
+      'offset), --num_clients=50, --run_chunk=4, is set over every run of the preset.')
+  parser.error = _refuse
+  parser.add_argument('preset', nargs='?', help='a preset (--list), or all')
   parser.add_argument('--mode', choices=('cpu', 'short', 'full'), default='short',
                       help='cpu: the paper\'s methods and grids on the embedded data with an '
                       'MLP (minutes here); short and full: the paper\'s data and models, for '
                       'accelerators')
   parser.add_argument('--out', default='', help='results directory (default '
-                      'runs/presets/<preset>-<mode> under the current directory)')
+                      'runs/presets/<preset>-<mode> under the current directory); a rerun '
+                      'into it keeps the finished methods\' runs and resumes the others')
   parser.add_argument('--overwrite', action='store_true',
-                      help='replace the results already in --out')
+                      help='replace the results and runs already in --out')
+  parser.add_argument('--resume', action='store_true',
+                      help='--out holds a finished preset: keep its runs (finishing any not '
+                      'finished) and write its tables again')
   parser.add_argument('--only', default='', help='comma list of method labels to run')
   parser.add_argument('--dataset', default='', help='override the preset\'s dataset')
   parser.add_argument('--data_dir', default='', help='directory of the dataset\'s files')
@@ -99,12 +133,31 @@ def build_parser():
                       help='methods run at a time, each in its own process (results are the '
                       'same; 2 on a 2-core CPU overlaps compilation and plotting)')
   parser.add_argument('--show', action='store_true', help='print the settings table only')
-  parser.add_argument('--list', action='store_true', help='list the experiments and presets')
+  parser.add_argument('--list', action='store_true',
+                      help='list the experiments, their presets and the modes each runs in')
   parser.add_argument('--write_doc', action='store_true', help=f'rewrite {DOC}')
   return parser
 
 
-def _start(args, names, only, runner):
+def parse_args(argv):
+  """(presets.py's flags, {Config field: value} of the run flags given) from argv; one-line
+  UserError for a mistake (an unknown flag or preset names the closest)."""
+  args, rest = build_parser().parse_known_args(argv)
+  run_parser = cli.build_parser(fedjax_drift.Config, suppress_defaults=True)
+  run_parser.error = _refuse
+  stray = [t for t in rest if not t.startswith('--')]
+  if stray:
+    raise fedjax_drift.UserError(f'unexpected argument {stray[0]!r}; run flags are written '
+                                 '--flag=value')
+  cli.check_flag_names(run_parser, rest)
+  flags = vars(run_parser.parse_args(rest))
+  if args.preset and args.preset != 'all' and args.preset not in PRESETS:
+    raise fedjax_drift.UserError(f'unknown preset {args.preset!r}'
+                                 f'{did_you_mean(args.preset, PRESETS)}; --list names them')
+  return args, flags
+
+
+def _start(args, names, only, runner, flags):
   """Prints the settings tables (--show), or starts every preset of `names`: [(out, finish)]."""
   finishing = []
   for name in names:
@@ -122,7 +175,7 @@ def _start(args, names, only, runner):
     finishing.append((out, start_preset(
         name, args.mode, args.data_dir, args.dataset, args.rounds or None,
         args.seeds or None, out, only, args.overwrite, print, args.select_on,
-        args.val_fraction, runner)))
+        args.val_fraction, runner, args.resume, flags)))
   return finishing
 
 
@@ -148,28 +201,58 @@ def _finish(args, names, finishing, started, load_start):
   return 0
 
 
-def main():
-  """The command line (sys.argv) -> exit status: 0, or 2 after a one-line error."""
-  args = build_parser().parse_args()
-  if args.list or not args.preset:
-    print(list_text())
-    return 0
-  if args.write_doc:
-    report.atomic_write(DOC, document().encode())
-    return 0
-  names = list(PRESETS) if args.preset == 'all' else [args.preset]
-  only = tuple(x.strip() for x in args.only.split(',') if x.strip()) or None
-  runner, started, load_start = None, time.time(), os.getloadavg()[0]
-  try:
-    runner = Runner(args.jobs)
-    return _finish(args, names, _start(args, names, only, runner), started, load_start)
-  except fedjax_drift.UserError as e:
-    sys.stderr.write(f'error: {e}\n')
-    return 2
-  finally:
-    if runner is not None:
+def main(argv=None):
+  """The command line (argv, default sys.argv[1:]) -> exit status: 0; 2 after a one-line
+  error; 128 + the signal after SIGINT, SIGTERM or SIGHUP (one line, workers stopped)."""
+  sys.stdout.reconfigure(line_buffering=True)  # a log file follows the run line by line
+  interrupts.hard_exit_after(HARD_EXIT_S)
+  runner = None
+  with interrupts.guard():
+    try:
+      args, flags = parse_args(sys.argv[1:] if argv is None else list(argv))
+      if args.list or not args.preset:
+        print(list_text())
+        return 0
+      if args.write_doc:
+        report.atomic_write(DOC, document().encode())
+        return 0
+      names = list(PRESETS) if args.preset == 'all' else [args.preset]
+      only = tuple(x.strip() for x in args.only.split(',') if x.strip()) or None
+      started, load_start = time.time(), os.getloadavg()[0]
+      runner = Runner(args.jobs)
+      code = _finish(args, names, _start(args, names, only, runner, flags), started,
+                     load_start)
       runner.close()
+      return code
+    except fedjax_drift.UserError as e:
+      sys.stderr.write(f'error: {e}\n')
+      return 2
+    except KeyboardInterrupt as e:
+      interrupts.ignore()  # a second Ctrl-C adds nothing
+      signum = interrupts.received() or getattr(e, 'signum', signal.SIGINT)
+      if runner is not None:
+        runner.abort()
+      sys.stderr.write(f'error: {interrupts.what(signum)}; {RESUME_HINT}\n')
+      return 128 + signum
+    finally:
+      if runner is not None:
+        runner.abort()  # after an error: workers still running are stopped (no-op if closed)
+
+
+def main_exit_code():
+  """main()'s exit code; an interrupted command ends at once after its line (interpreter
+  teardown with XLA's threads cut mid-work can crash)."""
+  try:
+    code = main()
+  except BrokenPipeError:  # `presets.py --list | head`: the reader has what it wanted
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+  if code > 128:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
+  return code
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(main_exit_code())

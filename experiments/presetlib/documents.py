@@ -7,7 +7,8 @@ from fedjax_drift import stats, tables
 from presetlib.estimates import CPU_GFLOPS, estimate
 from presetlib.loading import EXPERIMENTS, PRESETS, ROOT
 from presetlib.plans import configs, pending, plan
-from presetlib.tiers import (CPU_WHY, NO_SPLIT, SELECTION, method_grid, scaled_shift_count,
+from presetlib.tiers import (CPU_CLIENTS, CPU_DROP, CPU_SEEDS, CPU_WHY, NO_SPLIT, SELECTION,
+                             cpu_values, method_grid, resolve, scaled_shift_count,
                              scenario_names, short_rounds)
 
 DOC = os.path.join(ROOT, 'experiments', 'PRESETS.md')
@@ -41,7 +42,7 @@ def cuts(name, mode, rounds=None, seeds=None):
                            for k in sorted(tuned)) + '; fixed values stay)')
     out.append(f'why: {short["why"]}')
   if mode == 'cpu':
-    out += [f'{k}: {why}' for k, why in CPU_WHY.items()]
+    out += [f'{k}: {why}' for k, why in CPU_WHY.items() if k in cpu_changes(name)]
     left = sorted({r for *_, reasons in plan(name, 'cpu') for r in reasons
                    if r.startswith('not in the cpu tier')})
     out += [f'left out: {r[len("not in the cpu tier: "):]}' for r in left]
@@ -50,6 +51,32 @@ def cuts(name, mode, rounds=None, seeds=None):
   if seeds:
     out.append(f'seeds overridden on the command line: {seeds}')
   return out
+
+
+def cpu_changes(name):
+  """The CPU_WHY entries that change something in one of the preset's runs (its cuts)."""
+  preset, changed = PRESETS[name], set()
+  for scenario in preset['scenarios']:
+    for label in preset['methods']:
+      paper = resolve(name, 'full', scenario, label)[0]
+      cpu = cpu_values(paper)
+      tests = {
+          'dataset': paper.get('dataset', 'embedded') != cpu['dataset'],
+          'model': paper.get('model', 'mlp') != cpu['model'],
+          'pipeline': any(k in paper for k in CPU_DROP) or any(
+              paper.get(k, 'none') != 'none' for k in ('augment', 'normalize')),
+          'generator': 'fedgen_hidden' in paper,
+          'rounds': any(paper.get(k) != cpu[k] for k in ('rounds', 'eval_every')),
+          'seeds': preset['seeds'][0] != CPU_SEEDS,
+          'clients': paper.get('num_clients', CPU_CLIENTS) != cpu['num_clients'],
+          'sizes': bool(paper.get('vote_val_size'))}
+      changed |= {k for k, hit in tests.items() if hit}
+  return changed
+
+
+def tiers(name):
+  """The modes in which the preset has live runs ('full', 'short', 'cpu')."""
+  return [mode for mode in ('full', 'short', 'cpu') if configs(name, mode)]
 
 
 def work_line(name, mode, rounds=None, seeds=None):
@@ -192,6 +219,10 @@ def document():
 
 
 def list_text():
-  """--list: one line per experiment (id, paper, where, presets)."""
-  return '\n'.join(f'{e["id"]:4} {e["short_paper"]:12} {e["where"]:24} {", ".join(e["presets"])}'
-                   for e in EXPERIMENTS)
+  """--list: one line per experiment (id, paper, where, presets with the modes each runs in
+  here: --mode=full, short, cpu; 'pending' when none)."""
+  modes = {name: tiers(name) for e in EXPERIMENTS for name in e['presets']}
+  return '\n'.join(
+      f'{e["id"]:4} {e["short_paper"]:12} {e["where"]:24} ' + ', '.join(
+          f'{p} ({"/".join(modes[p]) or "pending"})' for p in e['presets'])
+      for e in EXPERIMENTS)

@@ -72,6 +72,7 @@ def plan(name, mode, only=None, rounds=None, seeds=None, replace=None):
         continue
       values, grid, n_seeds = resolve(name, mode, scenario, label, rounds, seeds)
       values.update(replace or {})
+      grid = {k: v for k, v in grid.items() if k not in (replace or {})}  # a flag fixes an axis
       if values.get('val_source') == 'dataset' and values.get('val_fraction'):
         values['val_source'] = SELECTION['val_source']  # --val_fraction asks for a carved split
       static, issues = _static_pending(preset, scenario, label)

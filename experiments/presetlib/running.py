@@ -18,6 +18,12 @@ from presetlib.tiers import NO_SPLIT, SELECTION
 
 COMMITTED = os.path.join(ROOT, 'experiments', 'results')
 OVERWRITE = 'yes'  # Config.overwrite: replace only what fedjax-drift wrote
+# Run flags a preset sets its own way: passing them through would break its tables.
+OWN_FLAGS = {'algo': 'pick methods with --only', 'grid': 'the preset\'s tables tune its grid',
+             'out': 'presets.py --out is the results directory',
+             'resume': 'presets.py --resume continues the preset',
+             'seeds': 'presets.py --seeds sets them',
+             'overwrite': 'presets.py --overwrite starts it again'}
 
 
 def default_out(name, mode):
@@ -25,14 +31,16 @@ def default_out(name, mode):
   return os.path.join('runs', 'presets', f'{name}-{mode}')
 
 
-def check_out(out_dir, overwrite):
-  """Refuses to replace earlier results (the committed ones above all) without --overwrite."""
-  if overwrite or not os.path.exists(os.path.join(out_dir, 'results.json')):
+def check_out(out_dir, overwrite, resume=False):
+  """Refuses to replace earlier results (the committed ones above all) without --overwrite
+  (start again) or --resume (keep their runs, write the tables again)."""
+  if overwrite or resume or not os.path.exists(os.path.join(out_dir, 'results.json')):
     return
   where = (' (committed results of the repository)'
            if os.path.abspath(out_dir).startswith(COMMITTED + os.sep) else '')
   raise fedjax_drift.UserError(f'--out={out_dir} already holds results{where}; pass '
-                               '--overwrite to replace them, or choose another --out')
+                               '--overwrite to replace them, --resume to keep their runs and '
+                               'write the tables again, or choose another --out')
 
 
 def selection_overrides(select_on='validation', val_fraction=None):
@@ -47,6 +55,21 @@ def selection_overrides(select_on='validation', val_fraction=None):
   return {'val_fraction': 0.0} if select_on == 'test' else {}
 
 
+def run_flags(flags):
+  """{Config field: value} of run flags set over every run of a preset (`presets.py
+  --image_size=32 ...`), checked: the fields that a preset's command sets in its own way are
+  refused in one line, naming that way."""
+  flags = dict(flags or {})
+  for name, way in OWN_FLAGS.items():
+    if name in flags:
+      raise fedjax_drift.UserError(f'--{name} is set by the preset itself; {way}')
+  fields = {f.name for f in dataclasses.fields(fedjax_drift.Config)}
+  unknown = sorted(set(flags) - fields)
+  if unknown:
+    raise fedjax_drift.UserError(f'--{unknown[0]} is not a run flag (fedjax-drift --help)')
+  return flags
+
+
 def _split_values(preset, replace):
   """{'val_fraction', 'val_source'} the preset's runs use (before NO_SPLIT's fallback)."""
   values = {**SELECTION, **{k: v for k, (v, _) in preset['setting'].items()}, **replace}
@@ -55,35 +78,39 @@ def _split_values(preset, replace):
 
 def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out_root=None,
                only=None, overwrite=False, log=print, select_on='validation',
-               val_fraction=None, runner=None):
+               val_fraction=None, runner=None, resume=False, flags=None):
   """Runs a preset's live runs; dataset/data_dir/rounds/seeds override it, `only` keeps some
   methods; select_on/val_fraction choose the selection protocol (selection_overrides);
-  runner (a Runner, default one method at a time) runs the methods. A preset with no live
-  run is refused in one line naming what it needs. Returns the results (results.json)."""
+  runner (a Runner, default one method at a time) runs the methods; flags: {Config field:
+  value} set over every run (run_flags). Run directories already in out_root are kept
+  (finished) or resumed (interrupted) unless `overwrite`; `resume` allows an out_root that
+  holds results. A preset with no live run is refused in one line naming what it needs.
+  Returns the results (results.json)."""
   own = runner is None
   runner = runner or Runner(1)
   try:
     return start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only,
-                        overwrite, log, select_on, val_fraction, runner)()
+                        overwrite, log, select_on, val_fraction, runner, resume, flags)()
   finally:
     if own:
       runner.close()
 
 def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, overwrite, log,
-                 select_on, val_fraction, runner):
+                 select_on, val_fraction, runner, resume=False, flags=None):
   """run_preset's checks, then its methods submitted to `runner`; returns finish(), which
   waits for them and writes results.json, table.md and the curves (so `all` keeps every
   worker busy across presets)."""
   preset = PRESETS[name]
   out_dir = out_root or default_out(name, mode)
+  flags = run_flags(flags)
   replace = {**({'dataset': dataset} if dataset else {}),
              **({'data_dir': data_dir} if data_dir else {}),
-             **selection_overrides(select_on, val_fraction)}
+             **selection_overrides(select_on, val_fraction), **flags}
   rows = plan(name, mode, only, rounds, seeds, replace)
   live = [(s, m, to_config(v, g, n)) for s, m, v, g, n, r in rows if not r]
   if not live:
     raise fedjax_drift.UserError(f'preset {name} is {pending_line(name, mode, only, rows)}')
-  check_out(out_dir, overwrite)
+  check_out(out_dir, overwrite, resume)
   for ds, dd in {(c.dataset, c.data_dir) for _, _, c in live}:
     try:
       check_data(ds, dd)
@@ -91,7 +118,9 @@ def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, o
       raise fedjax_drift.UserError(f'preset {name} ({mode}) needs --dataset={ds}: {e}') from None
   os.makedirs(out_dir, exist_ok=True)
   changed = ([f'dataset {dataset} instead of the paper\'s'] if dataset else []) + \
-      ([f'only the methods {", ".join(only)}'] if only else [])
+      ([f'only the methods {", ".join(only)}'] if only else []) + \
+      ([f'run flags set on the command line: ' + ' '.join(
+          f'--{k}={v}' for k, v in sorted(flags.items()))] if flags else [])
   skipped = [f'{m} @ {s} ({"; ".join(r)})' for s, m, _, _, _, r in rows if r]
   accuracy = {accuracy_column(c) for *_, c in live}
   if len(accuracy) > 1:  # one table, one kind of accuracy
@@ -107,9 +136,11 @@ def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, o
                  {label: m['algo'] for label, m in preset['methods'].items()
                   if not only or label in only}, preset['paper'])}
   live = [(scenario, label, dataclasses.replace(
-      config, progress=False, overwrite=OVERWRITE, out=os.path.join(
+      config, progress=False, overwrite=OVERWRITE if overwrite else '', out=os.path.join(
           out_dir, 'runs', f'{scenario}-{label}'.replace(' ', '_').replace('/', '_'))))
           for scenario, label, config in live]
+  log(f'{name} ({mode}): {len(live)} method sweep(s) into {out_dir}; a rerun into it keeps '
+      'the finished ones and resumes the others')
   futures = [runner.submit(c, preset['methods'][label]['sweep']) for _, label, c in live]
   return lambda: _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir,
                                 results, live, [f.result() for f in futures])
