@@ -179,6 +179,30 @@ def generator_distillation(model, alpha, beta, decay, noise_dim, hidden, steps, 
     del params, server
     return {'gen': buffer['gen'], 'stats': buffer['stats'], 'round': buffer['round']}
 
+  loss = _client_loss(model, alpha, beta, decay, noise_dim, num_classes, client_batch)
+
+  def client_upload(ctx, delta):
+    final = jax.tree.map(jnp.subtract, ctx.global_params, delta)
+    return {'head': model.head_params(final), 'counts': ctx.label_hist.astype(jnp.float32),
+            'key': jax.random.key_data(jax.random.fold_in(ctx.key, _SERVER_TAG))}
+
+  server_update = _train_generator(model, opt, steps, lr, lr_decay, batch_size, noise_dim, hidden,
+                                   latent, num_classes, diversity, teacher)
+
+  def diagnostics(buffer):
+    return {'fedgen_teacher_loss': buffer['teacher_loss'],
+            'fedgen_diversity_loss': buffer['diversity_loss']}
+
+  has_loss = not (is_off(alpha) and is_off(beta))
+  return Part('fedgen', init=init, payload=payload, loss=loss if has_loss else None,
+              client_upload=client_upload, server_update=server_update,
+              diagnostics=diagnostics, upload=lambda params: num_classes)
+
+
+def _client_loss(model, alpha, beta, decay, noise_dim, num_classes, client_batch):
+  """The clients' FedGen terms: beta times the KL from the generator's view of the batch's
+  own labels, plus alpha times the head's cross-entropy on S generated latents (both decayed
+  by round; zero in round 0, before a generator exists)."""
   def loss(params, logits, batch, ctx):
     sent = ctx.payload['fedgen']
     t = sent['round']
@@ -198,12 +222,13 @@ def generator_distillation(model, alpha, beta, decay, noise_dim, hidden, steps, 
       ce = jnp.mean(cross_entropy(model.head(params, z), y))
       total = total + decayed(alpha, decay, t) * (client_batch / batch.y.shape[0]) * ce
     return jnp.where(t > 0, total, 0.0)  # round 0: no generator yet (glob_iter > 0)
+  return loss
 
-  def client_upload(ctx, delta):
-    final = jax.tree.map(jnp.subtract, ctx.global_params, delta)
-    return {'head': model.head_params(final), 'counts': ctx.label_hist.astype(jnp.float32),
-            'key': jax.random.key_data(jax.random.fold_in(ctx.key, _SERVER_TAG))}
 
+def _train_generator(model, opt, steps, lr, lr_decay, batch_size, noise_dim, hidden, latent,
+                     num_classes, diversity, teacher):
+  """The server hook: `steps` generator steps against the cohort's uploaded heads (teacher
+  loss weighted by their label counts, plus the diversity term); params pass through."""
   def server_update(params, buffer, sctx):
     up = sctx.cohort.uploads['fedgen']
     # The server's draws: the first cohort client's key for this round (run- and round-specific).
@@ -239,15 +264,7 @@ def generator_distillation(model, alpha, beta, decay, noise_dim, hidden, steps, 
     return params, {'gen': gen, 'stats': stats, 'opt': opt_state, 'round': t + 1,
                     'teacher_loss': t_sum / max(steps, 1),
                     'diversity_loss': d_sum / max(steps, 1)}
-
-  def diagnostics(buffer):
-    return {'fedgen_teacher_loss': buffer['teacher_loss'],
-            'fedgen_diversity_loss': buffer['diversity_loss']}
-
-  has_loss = not (is_off(alpha) and is_off(beta))
-  return Part('fedgen', init=init, payload=payload, loss=loss if has_loss else None,
-              client_upload=client_upload, server_update=server_update,
-              diagnostics=diagnostics, upload=lambda params: num_classes)
+  return server_update
 
 
 # --- Registration -----------------------------------------------------------------------------
