@@ -467,7 +467,7 @@ HEADER = (f'{"workload":15} {"implementation":14} {"sample-grads/s [min-max]":>2
 
 
 def markdown(rows):
-  """The README's table: medians, ratios with their min-max over paired repetitions."""
+  """docs/speed.md's table: medians, ratios with their min-max over paired repetitions."""
   lines = ['| workload | implementation | sample-grads/s | GFLOP/s | % of peak | peak RSS GB | '
            'XLA estimate GB | compile s | vs torch [min–max] | vs jit-loop [min–max] | '
            'RSS vs torch |', '|' + '---|' * 11]

@@ -466,7 +466,7 @@ def _range(s, spec):
 
 
 def _limit(found):
-  """A search result as the README states it."""
+  """A search result as docs/scale.md states it."""
   if found['largest_fit'] is None:
     return f'none (K or N = {found["smallest_over"]:,} is over)'
   if found['capped']:
@@ -475,7 +475,7 @@ def _limit(found):
 
 
 def markdown(section, result):
-  """The section's README table from its result."""
+  """The section's table in docs/scale.md from its result."""
   if section == 'memory':
     budgets = [f'{b:g}' for b in result['budgets_gb']]
     algos = sorted({a for row in result['models'] for a in row['clients']})
@@ -564,7 +564,7 @@ def main(argv=None):
       parser.error(f'--{flag}={getattr(args, flag)}: a comma list of positive numbers')
     if min(values) <= 0:
       parser.error(f'--{flag}={getattr(args, flag)}: a comma list of positive numbers')
-  if args.quick:  # over any size flag given: a README command plus --quick stays tiny
+  if args.quick:  # over any size flag given: a docs command plus --quick stays tiny
     for key, value in QUICK[args.section].items():
       setattr(args, key, value)
   record = dict(section=args.section, quick=args.quick, host=bench.host_info(),

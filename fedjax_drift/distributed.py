@@ -34,7 +34,7 @@ from fedjax_drift import engine
 from fedjax_drift.errors import UserError
 
 LAUNCH_FLAGS = ('distributed', 'coordinator_address', 'num_processes', 'process_id')
-# Bounds passed to jax.distributed.initialize where the installed jax takes them (README
+# Bounds passed to jax.distributed.initialize where the installed jax takes them (docs/scale.md,
 # "More processes and machines"): a peer that never arrives ends start-up after INIT_TIMEOUT_S;
 # a peer that stops answering is noticed within HEARTBEAT_S; leaving waits SHUTDOWN_S at most.
 INIT_TIMEOUT_S, HEARTBEAT_S, SHUTDOWN_S = 60, 30, 30

@@ -1,5 +1,5 @@
-"""One line, not a C++ abort, when a peer of a multi-process run dies (README "More processes
-and machines").
+"""One line, not a C++ abort, when a peer of a multi-process run dies (docs/scale.md, "More
+processes and machines").
 
 When a process of a jax.distributed run dies, JAX's runtime ends every other process from C++:
 a dead worker is reported by the coordination service after the heartbeat timeout, a dead

@@ -7,7 +7,7 @@ at a time into a preallocated array (data.images.ImageStack).
 
 TFDS reads through `tfds.data_source` (random access, ArrayRecord files, no TensorFlow needed
 to read); preparing a dataset the first time downloads it, and most builders need TensorFlow
-for that (README, "Getting real data"). `tfds:domainnet` joins TFDS's six DomainNet configs
+for that (docs/data.md, "Getting real data"). `tfds:domainnet` joins TFDS's six DomainNet configs
 (domainnet/clipart ... domainnet/sketch, 345 classes) with one domain id per config.
 
 Hugging Face datasets are read offline only: from a folder written by `save_to_disk`, or from
