@@ -152,7 +152,20 @@ def _run(fedjax_drift, args, argv):
       raise fedjax_drift.UserError('--resume needs --out=RUN_DIR, the run to continue')
     fedjax_drift.resume(args.out, **given)
   else:
-    fedjax_drift.run(fedjax_drift.Config(**vars(args)))
+    fedjax_drift.run(fedjax_drift.Config(**_with_usual_model(vars(args), argv)))
+
+
+def _with_usual_model(flags, argv):
+  """flags with --model set to the dataset's usual one (a text model for a text dataset, ...:
+  data/common.usual_model) when the command line does not give --model; says so."""
+  from fedjax_drift.data import common  # pylint: disable=g-import-not-at-top
+  given = any(t == '--model' or t.startswith('--model=') for t in argv)
+  usual = common.usual_model(flags['dataset'])
+  if given or not usual or usual == flags['model']:
+    return flags
+  print(f'model: {usual}, the usual one for --dataset={flags["dataset"]} (--model picks '
+        'another)', flush=True)
+  return {**flags, 'model': usual}
 
 
 def _ignore_signals():

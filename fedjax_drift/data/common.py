@@ -30,28 +30,38 @@ class DatasetInfo(NamedTuple):
   shown: the name --list shows ('npz:PATH' for the prefix 'npz:'); '' leaves it out.
   shared: the Config fields the loader also takes that are not the entry's alone (--image_size,
     --pretrained: the models read them too, so no entry declares them in `reads`).
+  model: the --model a command line without one uses for this dataset ('' = Config's
+    default), e.g. a text model for a text dataset (`usual_model`).
   """
   load: Callable
   files: Callable
   importable: bool = False
   shown: str = ''
   shared: tuple = ()
+  model: str = ''
 
 
 def register_dataset(name, summary, load, *, reads=(), shared=(), importable=False, files=None,
-                     folder_files=None, prefix=False, shown=None) -> registry.Entry:
+                     folder_files=None, prefix=False, shown=None, model='') -> registry.Entry:
   """Registers --dataset=name (kind 'dataset'); returns its registry.Entry.
 
   summary: its --list line. load: see DatasetInfo. reads: the Config fields only this dataset
   reads (the unread-flag check, applies.py). files: callable(dataset, data_dir) -> paths, or
   None for `usual_files`' rule, with folder_files(dataset, folder) -> the paths read from a
   --data_dir folder. prefix: `name` matches every value starting with it. shown: the --list
-  name (default `name`), '' for an alias that --list leaves out."""
+  name (default `name`), '' for an alias that --list leaves out. model: DatasetInfo.model."""
   if files is None:
     def files(dataset, data_dir):
       return usual_files(dataset, data_dir, importable, folder_files)
-  info = DatasetInfo(load, files, importable, name if shown is None else shown, tuple(shared))
+  info = DatasetInfo(load, files, importable, name if shown is None else shown, tuple(shared),
+                     model)
   return registry.register('dataset', name, summary, reads, prefix=prefix, info=info)
+
+
+def usual_model(dataset) -> str:
+  """The --model registered as `dataset`'s usual one ('' when none, or an unknown name)."""
+  entry = registry.find('dataset', dataset)
+  return entry.info.model if entry is not None and entry.info is not None else ''
 
 
 def usual_files(dataset, data_dir, importable, folder_files: Optional[Callable] = None) -> list:

@@ -448,20 +448,20 @@ def load(dataset, data_dir=None, cifar100_labels='fine', emnist_split='byclass',
 
 common.register_dataset(
     'cifar100', 'CIFAR-100: cifar-100-python.tar.gz, or imported; --cifar100_labels=fine|coarse',
-    load, reads=('cifar100_labels',), importable=True)
+    load, reads=('cifar100_labels',), importable=True, model='resnet18')
 common.register_dataset(
     'tiny_imagenet', 'Tiny-ImageNet 64x64, 200 classes (val = test): tiny-imagenet-200.zip, '
-    'or imported', load, importable=True)
+    'or imported', load, importable=True, model='resnet18')
 common.register_dataset(
     'emnist', 'EMNIST --emnist_split (default byclass, 62 classes), or emnist_SPLIT: NIST\'s '
-    'gzip.zip, or imported', load, reads=('emnist_split',))
+    'gzip.zip, or imported', load, reads=('emnist_split',), model='cnn_emnist')
 common.register_dataset(
     'svhn', 'SVHN cropped digits 32x32: train_32x32.mat + test_32x32.mat, or imported',
-    load, importable=True)
+    load, importable=True, model='cnn_cifar')
 for _split, _name in zip(EMNIST_SPLITS, EMNIST_NAMES):  # --list shows them as `emnist` only
   common.register_dataset(
       _name, f'EMNIST\'s {_split} split (--dataset=emnist --emnist_split={_split})', load,
-      reads=('emnist_split',), importable=True, shown='')
+      reads=('emnist_split',), importable=True, shown='', model='cnn_emnist')
 
 
 # ---------------------------------------------------------------------------------------------

@@ -228,7 +228,7 @@ common.register_dataset(
     load_idx, importable=True, files=_idx_files)
 common.register_dataset(
     'cifar10', 'CIFAR-10: cifar-10-python.tar.gz or {train,test}/<class>/*.jpg, or imported',
-    load_cifar10_dataset, importable=True, folder_files=_cifar10_files)
+    load_cifar10_dataset, importable=True, folder_files=_cifar10_files, model='cnn_cifar')
 common.register_dataset(
     'usps', 'USPS 16x16 digits: usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5 or usps.npz, or imported',
     load_usps_dataset, importable=True, folder_files=_usps_files)

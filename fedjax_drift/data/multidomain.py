@@ -17,7 +17,7 @@ domainnet (FedFOR Tables 3 and 5): FedBN's 10-class split of six DomainNet domai
   DomainNet/{site}.zip. Sites in FedBN's order: clipart, infograph, painting, quickdraw,
   real, sketch; classes in FedBN's label_dict order. An image without three bands becomes
   grey repeated to RGB (FedBN's DomainNetDataset), then it is resized to --image_size
-  (FedBN: 256; default here 64, see the README for memory). Examples keep the split files'
+  (FedBN: 256; default here 64, see docs/data.md for memory). Examples keep the split files'
   order (FedBN trains on the first 5% of the smallest site's count, a prefix).
 Pickles are read with formats' restricted unpickler: numpy arrays and plain containers only.
 """
@@ -325,8 +325,9 @@ common.register_dataset(
     'digits5', 'FedBN\'s five digit domains (MNIST, SVHN, USPS, SynthDigits, MNIST-M), 28x28x3, '
     'domain ids; FedBN\'s digit archive, imported once',
     load, reads=('digits5_parts',), shared=('image_size',), importable=True,
-    folder_files=input_files)
+    folder_files=input_files, model='digit_cnn_bn')
 common.register_dataset(
     'domainnet', 'FedBN\'s 10-class DomainNet subset, 6 domains, domain ids; FedBN\'s split '
     'files + DomainNet images, imported once at --image_size (default 64)',
-    load, shared=('image_size',), importable=True, folder_files=input_files)
+    load, shared=('image_size',), importable=True, folder_files=input_files,
+    model='alexnet_bn')

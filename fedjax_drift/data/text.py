@@ -690,7 +690,7 @@ def _text_files(dataset, data_dir):
 def _register(name, summary, **how):
   """Registers a text dataset: it reads the tokenizer flags (and --pretrained's tokenizer)."""
   return common.register_dataset(name, summary, load, reads=TOKENIZER_READS,
-                                 shared=('pretrained',), **how).name
+                                 shared=('pretrained',), model='text_bag', **how).name
 
 
 # The datasets `fedjax-drift-data import` stores as texts (tokenised when a run loads them).
