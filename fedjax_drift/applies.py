@@ -31,6 +31,7 @@ WHEN_SET = {
     'init_params': (('init_params_run',), ('init',)),  # saved parameters replace --init's
     'val_fraction': (('val_source',), ()),  # where the split comes from, when there is one
     'diag_features_rounds': (('diag_features_n',), ()),  # how many, when features are written
+    'straggler_frac': (('straggler_min_steps',), ()),  # how few steps, when clients straggle
 }
 
 DECLARED = (registry.declared() | frozenset(algorithms.PROJECTION_READS)

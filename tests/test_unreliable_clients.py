@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import engine, unreliable
+from fedjax_drift import applies, engine, unreliable
 from fedjax_drift.errors import UserError
 from helpers import check_sweep_equals_single_runs_and_resumes, cohort_and_batches, tiny_config
 from reference import LogReg, flat
@@ -169,6 +169,12 @@ def test_draw_frequencies():
   full = (steps[reports] == 10).mean()  # not straggling, or straggling and drawing 10
   assert abs(full - (0.5 + 0.5 / 9)) < 0.04
   assert steps[reports].min() == 2
+
+
+def test_straggler_min_steps_is_read_only_with_stragglers():
+  assert applies.unread_flags(fedjax_drift.Config(straggler_min_steps=3)) == \
+      ['straggler_min_steps']
+  assert applies.unread_flags(fedjax_drift.Config(straggler_min_steps=3, straggler_frac=0.2)) == []
 
 
 def test_bounds():
