@@ -7,6 +7,7 @@ compiled engine round by round and, in lockstep, numpy fed with the same cohort 
 and compares the global model and every client's personal state after every round. Then: the
 reductions to FedAvg, the local evaluation protocol, --grid and --resume.
 """
+import chex
 import jax
 import numpy as np
 import pytest
@@ -382,3 +383,15 @@ def test_grid_points_equal_single_runs(tiny_npz, tmp_path, algo, axis):
     run = [r for r in runs if float(r[name]) == float(value)][0]
     mine = [float(r['test_loss']) for r in grid if r['run'] == run['run']]
     np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('algo,kw', [
+    ('ditto', {}), ('pfedme', {}), ('apfl', dict(apfl_alpha_lr=0.1)), ('fedrep', dict(model='mlp')),
+])
+def test_vmap_equals_sequential(tiny_npz, unequal_partition, algo, kw):
+  out = []
+  for parallelism in ('vmap', 'sequential'):
+    out.append(final_state(tiny_npz, unequal_partition, algo, client_parallelism=parallelism,
+                           **kw)[1])
+  chex.assert_trees_all_close(out[0].params, out[1].params, atol=1e-5, rtol=1e-5)
+  chex.assert_trees_all_close(out[0].clients, out[1].clients, atol=1e-5, rtol=1e-5)
