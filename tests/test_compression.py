@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from fedjax_drift.algorithms import compression
-from helpers import cohort_and_batches, run_rounds
+from helpers import (check_sweep_equals_single_runs_and_resumes, cohort_and_batches,
+                     run_rounds)
 from reference import LogReg, flat
 from test_algorithms import ce_grad, local_sgd, make, weights
 
@@ -115,3 +116,10 @@ def test_topk_on_other_algorithms(tiny_npz, unequal_partition):
   state = run_rounds(exp, 2)
   assert set(state.clients) == {'scaffold', 'topk'}
   assert np.all(np.isfinite(flat(state.params)))
+
+
+@pytest.mark.parametrize('term', ['topk', 'qsgd'])
+def test_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, term):
+  """The residuals are per-client state: vmapped over seeds and checkpointed."""
+  check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, local_terms=term,
+                                             model='logreg', topk_fraction=0.2, qsgd_levels=2)

@@ -18,7 +18,8 @@ from dp_accounting.rdp import rdp_privacy_accountant
 import fedjax_drift
 from fedjax_drift.algorithms import dp
 from fedjax_drift.errors import UserError
-from helpers import cohort_and_batches, run_rounds, tiny_config
+from helpers import (check_sweep_equals_single_runs_and_resumes, cohort_and_batches,
+                     run_rounds, tiny_config)
 from reference import LogReg, flat
 from test_algorithms import ce_grad, local_sgd, make
 
@@ -130,3 +131,10 @@ def test_flag_errors(tiny_npz, unequal_partition):
              weighting='uniform', clients_per_round=2)
   assert not exp.algo.needs_client_deltas  # clipped on the client, streamed
   assert np.all(np.isfinite(flat(run_rounds(exp, 2).params)))
+
+
+def test_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path):
+  """Seeds in one program equal their single runs (the noise keys derive from each run's
+  seed), and a resumed sweep equals the whole one."""
+  check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, algo='dp_fedavg',
+                                             model='logreg', dp_clip=0.5, dp_noise=0.5)

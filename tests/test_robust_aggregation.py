@@ -5,6 +5,11 @@ examples, minibatches of 4 and one local epoch (H_i = 2..5), a cohort of 3 of th
 participation). The numpy reference trains each cohort client with plain SGD on the engine's
 own minibatches and aggregates with the papers' rules written out below.
 """
+import os
+import subprocess
+import sys
+import textwrap
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,8 +19,10 @@ import fedjax_drift
 from fedjax_drift import applies, registry
 from fedjax_drift.algorithms import robust
 from fedjax_drift.errors import UserError
-from helpers import run_rounds
+from helpers import check_sweep_equals_single_runs_and_resumes, run_rounds
 from test_algorithms import ce_grad, local_sgd, make, run_lockstep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def np_trimmed_mean(v, beta):
@@ -118,3 +125,47 @@ def test_registered_and_flags_checked():
     fedjax_drift.Config(trim_beta=0.5).validate()
   config = fedjax_drift.Config(algo='fedavg', aggregator='median', trim_beta=0.2)
   assert 'trim_beta' in applies.unread_flags(config)  # the median reads no beta
+
+
+@pytest.mark.parametrize('aggregator,flags', [('krum', dict(krum_byzantine=0, krum_select=2)),
+                                              ('trimmed_mean', dict(trim_beta=0.34))])
+def test_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, aggregator, flags):
+  check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, aggregator=aggregator,
+                                             model='logreg', **flags)
+
+
+SCRIPT = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
+    import jax, chex
+    import fedjax_drift
+    from helpers import tiny_config
+    assert jax.device_count() == 2, jax.devices()
+    def run(devices, **flags):
+      exp = fedjax_drift.prepare(tiny_config({npz!r}, {parts!r}, model='logreg',
+          clients_per_round=4, batch_size=4, local_steps=0, local_epochs=1,
+          devices=devices, **flags))
+      state, step = exp.state, jax.jit(exp.round_fn)
+      for _ in range(2):
+        state = step(state, exp.data)[0]
+      return state
+    for flags in (dict(aggregator='krum', krum_select=2), dict(aggregator='median'),
+                  dict(algo='dp_fedavg', local_terms='topk', dp_clip=0.1, dp_noise=0.5),
+                  dict(local_terms='qsgd', qsgd_levels=2)):
+      ref, sharded = run(1, **flags), run(2, **flags)
+      chex.assert_trees_all_close(sharded.params, ref.params, atol=1e-5, rtol=1e-5)
+      chex.assert_trees_all_close(sharded.clients, ref.clients, atol=1e-5, rtol=1e-5)
+    print('OK')
+''')
+
+
+@pytest.mark.slow  # a subprocess with two forced host devices
+def test_two_devices_equal_one(tiny_npz, unequal_partition):
+  """Robust aggregation, DP-FedAvg with top-k uploads and QSGD over a cohort split across
+  two devices equal one device (the draws derive from keys, not from where clients run)."""
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  code = SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, 'tests'), npz=tiny_npz,
+                       parts=unequal_partition)
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          env=env, timeout=600)
+  assert result.returncode == 0 and 'OK' in result.stdout, result.stderr[-3000:]
