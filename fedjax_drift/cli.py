@@ -11,6 +11,7 @@ fedjax_drift.cli` import the package first, as every console script does.)
 """
 import argparse
 import dataclasses
+import json
 import os
 import signal
 import sys
@@ -58,6 +59,10 @@ def build_parser(config_cls, suppress_defaults=False, valid=None):
   parser.add_argument('--list', action='store_true', default=argparse.SUPPRESS,
                       help='list the valid algorithms, models, datasets, partitions and '
                       'scenarios, then exit')
+  parser.add_argument('--config', default=argparse.SUPPRESS, metavar='FILE',
+                      help='start from the settings in FILE (a run directory or its config.json: '
+                      'rerun it), the flags given here replacing them; not --out, --resume '
+                      'or --overwrite')
   groups = {name: parser.add_argument_group(f'{name} flags') for name in GROUPS}
   hints = typing.get_type_hints(config_cls)
   for f in dataclasses.fields(config_cls):
@@ -145,14 +150,50 @@ def _outcome(fedjax_drift, interrupts, args, argv):
 
 def _run(fedjax_drift, args, argv):
   """A run (or --resume) from the parsed flags."""
-  if args.resume:
-    # Only the flags given on this command line; the rest come from the run's config.json.
-    given = vars(build_parser(fedjax_drift.Config, suppress_defaults=True).parse_args(argv))
+  config_file = vars(args).pop('config', '')
+  # Only the flags given on this command line (for --resume and --config=FILE).
+  given = vars(build_parser(fedjax_drift.Config, suppress_defaults=True).parse_args(argv))
+  given.pop('config', None)
+  if config_file:
+    if args.resume:
+      raise fedjax_drift.UserError(f'--config={config_file} starts a new run; --resume '
+                                   'continues the one in --out (drop one of them)')
+    fedjax_drift.run(fedjax_drift.Config(**{**_settings_file(fedjax_drift, config_file),
+                                            **given}))
+  elif args.resume:
+    # The rest come from the run's config.json.
     if not args.out:
       raise fedjax_drift.UserError('--resume needs --out=RUN_DIR, the run to continue')
     fedjax_drift.resume(args.out, **given)
   else:
     fedjax_drift.run(fedjax_drift.Config(**_with_usual_model(vars(args), argv)))
+
+
+FILE_SKIPS = ('out', 'resume', 'overwrite')  # where and how a rerun writes: this command's
+
+
+def _settings_file(fedjax_drift, path):
+  """The Config settings in a config.json (a run directory's, or one written by hand; a run
+  directory stands for its config.json): its
+  `_`-prefixed records and FILE_SKIPS left out. UserError naming the file when it cannot be
+  read, is not a JSON object, or names a setting this version does not have."""
+  if os.path.isdir(path):  # a run directory: its config.json
+    path = os.path.join(path, 'config.json')
+  try:
+    with open(path, encoding='utf-8') as f:
+      values = json.load(f)
+  except (OSError, ValueError) as e:
+    raise fedjax_drift.UserError(f'--config={path}: cannot read it '
+                                 f'({getattr(e, "strerror", None) or e})') from None
+  if not isinstance(values, dict):
+    raise fedjax_drift.UserError(f'--config={path} is not a JSON object of settings')
+  known = {f.name for f in dataclasses.fields(fedjax_drift.Config)}
+  settings = {k: v for k, v in values.items() if not k.startswith('_') and k not in FILE_SKIPS}
+  unknown = sorted(set(settings) - known)
+  if unknown:
+    raise fedjax_drift.UserError(f'--config={path}: unknown setting {unknown[0]!r} (written by '
+                                 'another version of fedjax-drift?)')
+  return settings
 
 
 def _with_usual_model(flags, argv):

@@ -43,7 +43,8 @@ def test_a_stray_idx_training_label_is_refused_on_import(tmp_path, capsys):
   folder = tmp_path / 'mnist'
   _, y_train, _, _ = fixtures.write_idx_dir(str(folder), n_train=40, n_test=10)
   y_train[0] = 255
-  fixtures._write_idx(str(folder / 'train-labels-idx1-ubyte.gz'), y_train)  # pylint: disable=protected-access
+  write_idx = fixtures._write_idx  # pylint: disable=protected-access
+  write_idx(str(folder / 'train-labels-idx1-ubyte.gz'), y_train)
   assert prepare.main(['import', str(tmp_path)]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and 'would make 256 classes' in err[0], err
@@ -162,8 +163,9 @@ def test_init_params_of_ints_or_nans_are_refused_naming_the_array(tmp_path, tiny
                                                                   unequal_partition):
   path, arrays = _saved_params(tmp_path, tiny_npz, unequal_partition)
   name = sorted(arrays)[0]
-  for label, value, expected in (('int', arrays[name].astype(np.int32), 'holds int32 values'),
-                                 ('nan', np.full_like(arrays[name], np.nan), 'holds NaN or infinite')):
+  cases = (('int', arrays[name].astype(np.int32), 'holds int32 values'),
+           ('nan', np.full_like(arrays[name], np.nan), 'holds NaN or infinite'))
+  for label, value, expected in cases:
     bad = tmp_path / f'{label}.npz'
     np.savez(bad, **{**arrays, name: value})
     config = tiny_config(tiny_npz, unequal_partition, init_params=str(bad),

@@ -19,10 +19,11 @@ def test_every_usual_model_is_a_registered_model():
 
 def test_the_command_line_picks_it_and_says_so(capsys):
   flags = {'dataset': 'ag_news', 'model': 'cnn_mnist'}
-  assert cli._with_usual_model(flags, ['--dataset=ag_news'])['model'] == 'text_bag'  # pylint: disable=protected-access
+  usual = cli._with_usual_model  # pylint: disable=protected-access
+  assert usual(flags, ['--dataset=ag_news'])['model'] == 'text_bag'
   assert capsys.readouterr().out == ('model: text_bag, the usual one for --dataset=ag_news '
                                      '(--model picks another)\n')
-  given = cli._with_usual_model(flags, ['--dataset=ag_news', '--model=cnn_mnist'])  # pylint: disable=protected-access
+  given = usual(flags, ['--dataset=ag_news', '--model=cnn_mnist'])
   assert given['model'] == 'cnn_mnist' and capsys.readouterr().out == ''
 
 

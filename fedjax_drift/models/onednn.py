@@ -15,7 +15,8 @@ oneDNN's forward, backward-data and backward-weights convolutions directly:
   loads a partial file. Its sha256 is written beside it (NAME.so.sha256) and checked before
   every load: a library truncated or overwritten later (a full disk, a copy cut short) is
   built again, with one line, and never loaded (a truncated one dies with a bus error); one
-  that is whole but does not load is built again once. The core install needs neither a compiler nor oneDNN.
+  that is whole but does not load is built again once. The core install needs neither a
+  compiler nor oneDNN.
 - `conv(x, kernel, strides, padding)` is a `jax.custom_vjp` whose forward and both gradients
   are custom calls (and so are their own gradients), so it works under jit, grad, lax.scan and
   vmap. Under vmap the calls get the vmapped axes as leading axes (`vmap_method=
