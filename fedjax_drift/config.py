@@ -369,7 +369,8 @@ class Config:
   server_momentum: float = _f(0.0, 'add SlowMo server momentum with this beta to any algorithm',
                               group='server', bounds=UNIT)
   local_terms: str = _f('', 'comma list of extra local parts: fedadc, self_kd, for, gkd, '
-                        'gkd_vote, igfl_c, prox, scaffold, dyn, curv, curv_stateless, ntd, rs',
+                        'gkd_vote, igfl_c, prox, scaffold, dyn, curv, curv_stateless, ntd, rs; '
+                        'topk, qsgd compress the upload',
                         group='algorithm')
   aggregator: str = _f('', 'override the aggregator: mean, attention_self, attention_global, '
                        'attention_time, attention_time_rows, median, trimmed_mean, krum, '
