@@ -239,7 +239,10 @@ class Checkpointer:
   def _restore_step(self, step, like):
     """(state, history) of one step, or raises ValueError saying why it is damaged."""
     ocp = self._ocp
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _saveable(like))
+    # A numpy leaf of `like` (--client_state=host's table) is restored as numpy, in host
+    # memory: a table too large for the device never passes through it.
+    abstract = jax.tree.map(lambda a: a if isinstance(a, np.ndarray)
+                            else ocp.utils.to_shape_dtype_struct(a), _saveable(like))
     try:
       with _quiet_stderr_on_failure():
         out = self._manager.restore(step, args=ocp.args.Composite(

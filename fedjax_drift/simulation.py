@@ -168,7 +168,8 @@ def _compile(study: Study) -> Compiled:
                 f'lower --run_chunk, --cohort_chunk (now {study.experiments[0].chunk}), '
                 '--clients_per_round or --batch_size')
   if host:  # one round per call, the cohort's rows copied in and out (host_state.py)
-    cohort_fn = host_state.cohort_program(cfg)
+    cohort_fn = host_state.cohort_program(cfg).lower(  # compiled now, with the segment
+        study.state._replace(clients=()), study.data, study.inputs).compile()
     segment = functools.partial(host_state.run_round, segment, cohort_fn)
   return Compiled(segment, _make_evaluator(study), compile_s, need)
 

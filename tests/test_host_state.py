@@ -15,6 +15,7 @@ import pytest
 import fedjax_drift
 from fedjax_drift import host_state
 from fedjax_drift import study as study_lib
+from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.errors import UserError
 
 QUIET = dict(log=lambda *_: None)
@@ -59,6 +60,9 @@ def test_host_table_is_bit_identical_to_the_device_table_and_resumes(tiny_npz, t
   assert f'{2 * 2 * 2 * row_bytes:,} bytes per round' in header, header
   # Stopped after round 2 and resumed to 3: the checkpoint holds the whole host table.
   fedjax_drift.run(_config(tiny_npz, cut, algo=algo, client_state='host', rounds=2), **QUIET)
+  like = study_lib.build(_config(tiny_npz, cut, algo=algo, client_state='host')).state
+  restored, _ = Checkpointer(str(cut)).restore(like, log=lambda *_: None)
+  assert all(isinstance(a, np.ndarray) for a in jax.tree.leaves(restored.clients))  # host
   fedjax_drift.resume(str(cut), rounds=3, log=lambda *_: None)
   assert _same(_params(f'{device}.npz'), _params(f'{cut}.npz'))
   assert _metrics(device) == _metrics(cut)

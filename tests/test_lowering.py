@@ -60,6 +60,16 @@ def _needs_batchnorm(case):
   return case.get('local_terms') == 'fedbn' or 'fedbn' in recipes.get(case['algo']).parts
 
 
+def _weighting(case):
+  """--weighting for a part or aggregator added to FedAvg: that of the first recipe using it
+  (DP-FedAvg's Gaussian aggregator needs its uniform p_i), else the default."""
+  for entry in registry.entries('algorithm').values():
+    recipe = entry.info
+    if case.get('aggregator') == recipe.aggregator or case.get('local_terms') in recipe.parts:
+      return {'weighting': recipe.weighting}
+  return {}
+
+
 def _images(rng, n):
   return rng.integers(0, 256, (n, 12, 12, 3)).astype(np.uint8), rng.integers(0, 3, n)
 
@@ -88,7 +98,7 @@ def _config(datasets, model, case):
   return fedjax_drift.Config(
       dataset=f'npz:{data}', model=model, num_clients=6, clients_per_round=4, local_steps=1,
       local_epochs=0, batch_size=4, rounds=1, eval_every=1, vote_val_size=8, progress=False,
-      test_partition='like_train' if personal else 'none', **case)
+      test_partition='like_train' if personal else 'none', **_weighting(case), **case)
 
 
 def custom_calls(text):

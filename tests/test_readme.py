@@ -39,6 +39,7 @@ SHRINK = {  # script -> flags appended so that a command does about one round
     'experiments/presets.py': ['--rounds=1', '--seeds=1'],
     'benchmarks/bench.py': ['--workloads=logreg_k100', '--rounds=1'],
     'benchmarks/scale.py': ['--quick'],  # tiny sizes over any size flag
+    'benchmarks/host_state.py': ['--quick'],
 }
 
 
@@ -158,7 +159,7 @@ def _prepare(argv, world, tmp_path):
       argv = argv + ['--rounds=2']
     elif not any(a.startswith('--out=') for a in argv):
       argv = argv + [f'--out={run_dir}']
-  if script in ('benchmarks/bench.py', 'benchmarks/scale.py'):
+  if script in ('benchmarks/bench.py', 'benchmarks/scale.py', 'benchmarks/host_state.py'):
     argv = [a for a in argv if not a.startswith('--out=')] + [f'--out={tmp_path / "b.json"}']
   if script == 'experiments/presets.py':
     argv = argv + [f'--out={tmp_path / "presets"}']
