@@ -415,12 +415,27 @@ def check_writable(directory, flag):
     raise UserError(f'{flag}: cannot write in {existing} ({os.strerror(e.errno)})') from None
 
 
+def check_path_text(path, flag):
+  """Refuses a path holding bytes that are not UTF-8 (Python keeps them as surrogates): the
+  run records its paths in UTF-8 JSON and prints them."""
+  try:
+    path.encode('utf-8')
+  except UnicodeEncodeError:
+    shown = path.encode('utf-8', 'surrogateescape').decode('utf-8', 'backslashreplace')
+    raise UserError(f'{flag}={shown}: the path holds a byte that is not UTF-8; rename it or '
+                    'pick another') from None
+
+
 def check_out(run_dir, resume, overwrite, inputs=()):
   """Every check on --out that can fail, before any work. Writes nothing.
 
   inputs: the dataset and partition files the run reads (absolute paths).
   """
   flag, mode = f'--out={run_dir}', overwrite_mode(overwrite)
+  check_path_text(run_dir, '--out')
+  if os.path.islink(run_dir) and not os.path.exists(run_dir):
+    raise UserError(f'{flag} is a symbolic link to {os.readlink(run_dir)}, which does not '
+                    'exist; create that folder, or pick another --out')
   if os.path.exists(run_dir) and not os.path.isdir(run_dir):
     raise UserError(f'{flag} is a file, not a directory')
   check_length(os.path.join(run_dir, 'x'), flag,
@@ -452,6 +467,7 @@ def check_save_params(path, run_dir, inputs=(), overwrite='', resume=False):
   """
   if not path:
     return
+  check_path_text(path, '--save_params')
   if os.path.isfile(path) and not (overwrite_mode(overwrite) and not resume):
     record = Record.load(run_dir) if os.path.isdir(run_dir) else None
     if record is None or not record.wrote(path):

@@ -128,10 +128,28 @@ def read_idx(path, expected_ndim, where=None):
   return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
 
 
+NPZ_MAGIC = b'PK'  # an .npz is a zip archive
+
+
+def check_npz_magic(path):
+  """Refuses a file that is no zip archive (a CSV or text file named .npz) by what it starts
+  with, instead of numpy's pickle advice."""
+  try:
+    with open(path, 'rb') as f:
+      head = f.read(16)
+  except OSError as e:
+    raise UserError(f'cannot read {path}: {e.strerror or e}') from None
+  if not head.startswith(NPZ_MAGIC):
+    shown = head.decode('utf-8', 'replace').splitlines()[0][:16] if head else ''
+    raise UserError(f'{path} is not an npz file (a zip of .npy arrays, as numpy.savez writes)'
+                    + (f'; it starts with {shown!r}' if shown else '; it is empty'))
+
+
 def load_npz(path, name=None):
   """Arrays x_train, y_train, x_test, y_test; uint8 images get a trailing channel if 3-D."""
   if not os.path.exists(path):
     raise UserError(f'data file {path} does not exist')
+  check_npz_magic(path)
   try:
     with np.load(path, allow_pickle=False) as f:
       missing = [k for k in ('x_train', 'y_train', 'x_test', 'y_test') if k not in f]
@@ -274,6 +292,15 @@ def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains
       raise UserError(f'{name}: y_{split} shape {y.shape} does not match x_{split} {x.shape}')
     if len(x) == 0:
       raise UserError(f'{name}: the {split} split is empty')
+    if y.dtype.kind not in 'iuf':  # strings, objects, booleans: not class indices
+      kind = {'U': 'strings', 'S': 'strings', 'b': 'true/false values'}.get(
+          y.dtype.kind, f'{y.dtype} values')
+      raise UserError(f'{name}: y_{split} holds {kind}; labels are integer class indices '
+                      '0..C-1')
+    if y.dtype.kind == 'f' and len(y) and not (np.isfinite(y).all() and
+                                               np.abs(y).max() < 2 ** 31):
+      bad = y[~(np.isfinite(y) & (np.abs(y) < 2 ** 31))][0]
+      raise UserError(f'{name}: y_{split} holds label {bad:g}, not a class index 0..C-1')
     if not np.issubdtype(y.dtype, np.integer):
       if not np.all(np.equal(np.mod(y, 1), 0)):
         raise UserError(f'{name}: y_{split} holds non-integer labels')
@@ -376,6 +403,11 @@ def _check_domains(name, d_train, d_test, n_train, n_test, domain_names):
     raise UserError(f'{name}: domain ids need both d_train and d_test')
   d_train = _check_ids(name, 'd_train', d_train, n_train)
   d_test = _check_ids(name, 'd_test', d_test, n_test)
+  present = np.unique(np.concatenate([d_train, d_test]))
+  if len(present) != int(present[-1]) + 1:  # an empty domain would be an empty client group
+    missing = sorted(set(range(int(present[-1]) + 1)) - set(present.tolist()))
+    raise UserError(f'{name}: domain ids {_ranges(present.tolist())} are not contiguous (no '
+                    f'example has {_ranges(missing)}); number the domains 0..D-1')
   if domain_names and max(d_train.max(), d_test.max()) >= len(domain_names):
     raise UserError(f'{name}: domain ids go beyond the {len(domain_names)} domain names')
   return d_train, d_test

@@ -209,7 +209,7 @@ def natural(ids, num_clients, rng, column='COLUMN'):
     column: the column's name, for the error message.
   Returns: per-client arrays of indices into `ids`, each sorted.
   Vectorised: one stable argsort and np.unique, so 3,500 writers over 350k examples take a
-  fraction of a second (README, Partitions).
+  fraction of a second (docs/data.md, Partitions).
   """
   values, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
   if num_clients > len(values):
@@ -230,12 +230,20 @@ def from_file(path, num_examples):
       raw = json.load(f)
   except (OSError, ValueError) as e:
     raise UserError(f'--partition=file:{path}: not valid JSON ({e})') from None
+  except RecursionError:  # lists nested thousands deep
+    raise UserError(f'--partition=file:{path}: nested too deeply; expected a JSON list of '
+                    'index lists') from None
   if not isinstance(raw, list) or not all(isinstance(p, list) for p in raw):
     raise UserError(f'--partition=file:{path}: expected a JSON list of index lists')
   parts = []
   for i, p in enumerate(raw):
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in p):
       raise UserError(f'--partition=file:{path}: client {i} has non-integer indices')
+    outside = [v for v in p if not 0 <= v < num_examples]
+    if outside:  # checked before the int64 conversion, which a huge number would overflow
+      shown = str(outside[0]) if len(str(outside[0])) <= 24 else f'{str(outside[0])[:20]}...'
+      raise UserError(f'--partition=file:{path}: client {i} has index {shown}; indices must '
+                      f'lie in [0, {num_examples})')
     parts.append(np.asarray(p, np.int64))
   flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
   if len(flat) and (flat.min() < 0 or flat.max() >= num_examples):

@@ -580,12 +580,22 @@ def _write_text(path, text):
       os.remove(tmp)
 
 
+def check_pretrained(path):
+  """Refuses a --pretrained that is not an existing folder, naming it."""
+  if not os.path.exists(path):
+    raise UserError(f'--pretrained={path} does not exist (a Hugging Face checkpoint folder: '
+                    'config.json, model.safetensors and its tokenizer)')
+  if not os.path.isdir(path):
+    raise UserError(f'--pretrained={path} is a file; name the checkpoint\'s folder')
+
+
 def resolve_tokenizer(tokenizer, pretrained, train_texts, vocab_size):
   """The run's tokenizer: --tokenizer=PATH; auto: the --pretrained folder's, else WordPiece
   trained on the training texts (trained_tokenizer)."""
   if tokenizer and tokenizer != 'auto':
     return load_tokenizer(tokenizer)
   if pretrained:
+    check_pretrained(pretrained)
     if not any(os.path.isfile(os.path.join(pretrained, n)) for n in ('tokenizer.json',
                                                                      'vocab.txt')):
       raise UserError(f'--pretrained={pretrained} holds no tokenizer.json or vocab.txt; name '
