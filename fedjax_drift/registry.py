@@ -2,10 +2,11 @@
 
 An entry is a choice that a flag selects: an algorithm (--algo), a local part (--local_terms),
 an aggregator, a server or local optimizer, a dataset, a partition, a scenario, an
-augmentation, a learning-rate schedule, a personalisation, a model. It gives its name, a
-one-line summary, the Config fields it reads when it is chosen (`reads`) and how it is built
-from their values (`build`). Lists (`--list`, `--help`'s choices), checks (flags that do not
-apply, --grid axes) and the documents derive from these entries, so a choice is named once.
+augmentation, a learning-rate schedule, a personalisation, a model, an initialisation. It
+gives its name, a one-line summary, the Config fields it reads when it is chosen (`reads`) and
+how it is built from their values (`build`). Lists (`--list`, `--help`'s choices), checks
+(flags that do not apply, --grid axes) and the documents derive from these entries, so a
+choice is named once.
 
 `build(values, **context)` receives a `Values` view that holds the entry's declared fields and
 the fields every run reads (those no entry declares): reading any other field is an error, so

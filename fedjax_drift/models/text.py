@@ -198,8 +198,8 @@ def _check_lengths(spec, seq_len, vocab_size, where):
 def distilbert(num_classes, vocab_size, seq_len, dropout=-1.0, pretrained=''):
   """DistilBERT with Hugging Face's classification head; --pretrained=DIR loads a checkpoint.
 
-  Sanh et al. (2019); see `DistilBert`. pretrained: a Hugging Face checkpoint folder (its config.json gives the sizes; models.get
-  loads its weights); '' = distilbert-base's sizes with a `vocab_size` embedding table,
+  Sanh et al. (2019); see `DistilBert`. pretrained: a Hugging Face checkpoint folder (its
+  config.json gives the sizes; models.get loads its weights); '' = distilbert-base's sizes with a `vocab_size` embedding table,
   randomly initialised. dropout: -1 = the config's rates, else every rate.
   """
   if pretrained:
@@ -214,8 +214,8 @@ def distilbert(num_classes, vocab_size, seq_len, dropout=-1.0, pretrained=''):
 def text_transformer(num_classes, vocab_size, seq_len, dropout=-1.0):
   """A 2-layer transformer encoder (dim 64, 2 heads, FFN 256) in DistilBERT's layout.
 
-  DistilBERT's blocks and classification head at a CPU-friendly size. Learned positions for `seq_len` tokens; dropout: -1 = DistilBERT's rates (0.1, head 0.2),
-  else every rate."""
+  DistilBERT's blocks and classification head at a CPU-friendly size. Learned positions for
+  `seq_len` tokens; dropout: -1 = DistilBERT's rates (0.1, head 0.2), else every rate."""
   return DistilBert(num_classes, _rates(SMALL._replace(vocab_size=vocab_size,
                                                        max_position_embeddings=seq_len),
                                         dropout))
