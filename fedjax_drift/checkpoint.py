@@ -255,6 +255,11 @@ class Checkpointer:
       raise ValueError(f'unreadable: {reason}') from None
     if not isinstance(stored, dict):
       raise ValueError('checksum mismatch')
+    if stored.get('format') not in (FORMAT, DEVICE_FORMAT):  # 1 had no checksum file
+      raise UserError(f'--resume: the checkpoint at round {step} in {self.directory} was '
+                      f'written by a newer fedjax-drift (checkpoint format '
+                      f'{stored.get("format")!r}; this version reads {FORMAT} and '
+                      f'{DEVICE_FORMAT}); resume it with that version')
     digest = device_checksum if stored.get('format') == DEVICE_FORMAT else checksum
     if digest is checksum and _split(arrays):
       raise UserError(f'--resume: the checkpoint at round {step} in {self.directory} was '

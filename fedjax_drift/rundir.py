@@ -138,6 +138,10 @@ class Record:
     if not isinstance(data, dict) or data.get('tool') != 'fedjax-drift' or not isinstance(
         data.get('entries'), list) or not isinstance(data.get('run_id'), str):
       raise UserError(f'--out: {path} is not a fedjax-drift run record')
+    if not isinstance(data.get('format', 1), int) or data.get('format', 1) > MARKER_FORMAT:
+      raise UserError(f'--out: {path} was written by a newer fedjax-drift (version '
+                      f'{data.get("version", "?")}, record format {data.get("format")!r}; this '
+                      f'is {__version__}, format {MARKER_FORMAT}); use that version')
     data.setdefault('outputs', [])
     return cls(run_dir, data)
 

@@ -26,7 +26,7 @@ from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
 from fedjax_drift.data import federated
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import MemoryBudgetError, UserError
 from fedjax_drift.study import Experiment, Study, build, plan, prepare  # noqa: F401
 
 SECONDS_PER_CALL = 1.0  # the host wakes at least this often (progress), unless a round is longer
@@ -135,14 +135,17 @@ def _check_resumable(config, run_dir):
     written = run_flags(dataclasses.asdict(config_from_dict(
         {k: v for k, v in saved.items() if k in _FIELDS})))
     if rundir.digest(written) != record.data['config_sha256']:
+      # Both files edited alike: no flag differs from the record's copy, only the checksum.
+      diff = rundir.first_difference(record.data['config'], written) or (
+          f'{rundir.MARKER}\'s copy of the flags was edited too: its checksum no longer matches')
       raise UserError(f'--resume: {os.path.join(run_dir, "config.json")} was edited since '
-                      'fedjax-drift wrote it ('
-                      f'{rundir.first_difference(record.data["config"], written)}); restore it '
-                      'or start a new run')
+                      f'fedjax-drift wrote it ({diff}); restore it or start a new run')
     now = run_flags(dataclasses.asdict(config))
     if rundir.digest(now) != record.data['config_sha256']:
       raise UserError(f'--resume continues {run_dir} as recorded; '
-                      f'{rundir.first_difference(record.data["config"], now)}')
+                      + (rundir.first_difference(record.data['config'], now) or
+                         f'{rundir.MARKER}\'s copy of the flags was edited: its checksum no '
+                         'longer matches'))
   inputs.check_unchanged(saved['_resolved'].get('inputs', {}), run_dir)
   if config.lr_schedule == 'cosine' and saved.get('rounds', config.rounds) != config.rounds:
     raise UserError(f'--resume: --lr_schedule=cosine decays over the run\'s --rounds='
@@ -199,7 +202,8 @@ def _check_memory(cfg, need, what, advice):
   if budget and need > budget:
     where = (f'--memory_budget_gb={cfg.memory_budget_gb:g}' if cfg.memory_budget_gb
              else f'90% of the {available / 1e9:.1f} GB this process may use')
-    raise UserError(f'this run needs about {_size(need)} ({what}), over {where}; {advice}')
+    raise MemoryBudgetError(f'this run needs about {_size(need)} ({what}), over {where}; '
+                            f'{advice}')
 
 
 def _preflight(cfg, runs):
