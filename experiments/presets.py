@@ -71,6 +71,9 @@ from presetlib.documents import (  # noqa: E402,F401
     settings_table, work_line)
 from presetlib.estimates import (  # noqa: E402,F401
     CPU_GFLOPS, CPU_MFLOP, MFLOP_PER_SAMPLE, estimate, sample_gradients)
+from presetlib.cluster import (  # noqa: E402,F401
+    EXECUTORS, ClusterRunner, read_job_files, run_job)
+from presetlib.cluster import executor as cluster_executor  # noqa: E402
 from presetlib.jobs import (  # noqa: E402,F401
     Runner, accuracy_column, check_data, read_runs, run_method, run_metrics, summarise)
 from presetlib.loading import (  # noqa: E402,F401
@@ -132,6 +135,19 @@ def build_parser():
   parser.add_argument('--jobs', type=int, default=1,
                       help='methods run at a time, each in its own process (results are the '
                       'same; 2 on a 2-core CPU overlaps compilation and plotting)')
+  parser.add_argument('--executor', choices=EXECUTORS, default='local',
+                      help='local: --jobs processes here; slurm: one SLURM job per (scenario, '
+                      'method) sweep through submitit (pip install ".[slurm]"), each resuming '
+                      'its own run directory, a rerun submitting only what is not finished; '
+                      'submitit_local: the same path through submitit\'s local executor')
+  parser.add_argument('--slurm_partition', default='', help='--executor=slurm: the partition')
+  parser.add_argument('--slurm_time', type=int, default=240,
+                      help='--executor=slurm: each job\'s time limit in minutes (a job cut by '
+                      'it resumes from its checkpoint when the command is run again)')
+  parser.add_argument('--gpus_per_job', type=int, default=1,
+                      help='--executor=slurm: GPUs per job')
+  parser.add_argument('--slurm_array', type=int, default=0,
+                      help='--executor=slurm: jobs of the array running at once (0 = all)')
   parser.add_argument('--show', action='store_true', help='print the settings table only')
   parser.add_argument('--list', action='store_true',
                       help='list the experiments, their presets and the modes each runs in')
@@ -201,6 +217,18 @@ def _finish(args, names, finishing, started, load_start):
   return 0
 
 
+def _runner(args, names):
+  """The executor of --executor: a Runner (--jobs here) or a ClusterRunner (submitit)."""
+  if args.executor == 'local':
+    return Runner(args.jobs)
+  root = args.out or (default_out(names[0], args.mode) if len(names) == 1 else
+                      os.path.join('runs', 'presets'))
+  gpus = args.gpus_per_job if args.executor == 'slurm' else 0
+  return ClusterRunner(cluster_executor(args.executor, os.path.join(root, 'submitit'),
+                                        args.slurm_partition, args.slurm_time, gpus,
+                                        args.slurm_array))
+
+
 def main(argv=None):
   """The command line (argv, default sys.argv[1:]) -> exit status: 0; 2 after a one-line
   error; 128 + the signal after SIGINT, SIGTERM or SIGHUP (one line, workers stopped)."""
@@ -219,7 +247,7 @@ def main(argv=None):
       names = list(PRESETS) if args.preset == 'all' else [args.preset]
       only = tuple(x.strip() for x in args.only.split(',') if x.strip()) or None
       started, load_start = time.time(), os.getloadavg()[0]
-      runner = Runner(args.jobs)
+      runner = _runner(args, names)
       code = _finish(args, names, _start(args, names, only, runner, flags), started,
                      load_start)
       runner.close()

@@ -13,6 +13,11 @@ class DivergenceError(UserError):
   """Training produced a non-finite model or update; the message names the round."""
 
 
+class MemoryBudgetError(UserError):
+  """A run's data and state, or XLA's estimate for its program, exceed the memory budget
+  (--memory_budget_gb, or what the device may use): fewer runs at once may fit."""
+
+
 def did_you_mean(value, options):
   """' (did you mean X?)' for the closest of `options` to `value`, or '' if none is close."""
   import difflib  # pylint: disable=g-import-not-at-top

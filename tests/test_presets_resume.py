@@ -188,3 +188,31 @@ def test_show_lists_only_the_cuts_that_apply_and_list_names_the_modes():
   text = presets.list_text()
   assert 'fedadc_cohort (full/short/cpu)' in text
   assert 'fedgkd_text (full/short)' in text or 'fedgkd_text (pending)' in text
+
+
+@pytest.mark.slow
+def test_a_sweep_over_the_memory_budget_runs_in_parts_that_fit(tmp_path):
+  """FedDyn's per-client tables for 4 runs (2 learning rates x 2 seeds) exceed a 25 MB budget
+  that one grid point's 2 runs fit: fedjax_drift.run refuses the sweep, the runner runs it in
+  parts (one per grid point), with the runs of the whole sweep."""
+  base = fedjax_drift.Config(algo='feddyn', model='logreg', num_clients=100,
+                             clients_per_round=10, rounds=2, eval_every=1, grid='lr:0.05,0.1',
+                             seeds=2, progress=False)
+  budget = dataclasses.replace(base, memory_budget_gb=0.025)
+  with pytest.raises(fedjax_drift.errors.MemoryBudgetError, match='per-client state'):
+    fedjax_drift.run(dataclasses.replace(budget, out=str(tmp_path / 'refused')),
+                     log=lambda *_: None)
+  whole = jobs.run_method(dataclasses.replace(base, out=str(tmp_path / 'whole')))
+  parts = jobs.run_method(dataclasses.replace(budget, out=str(tmp_path / 'parts')))
+  made = sorted(os.path.basename(d) for d in glob.glob(str(tmp_path / 'parts-part-*')))
+  assert made == ['parts-part-lr0.05-s0x2', 'parts-part-lr0.1-s0x2'], made
+  key = lambda r: (r.seed, tuple(sorted(r.point.items())))
+  assert sorted(map(key, parts)) == sorted(map(key, whole)) and len(whole) == 4
+  for a, b in zip(sorted(whole, key=key), sorted(parts, key=key)):
+    assert [t for t, _ in a.curve] == [t for t, _ in b.curve]
+    assert [x for _, x in a.curve] == pytest.approx([x for _, x in b.curve], abs=1e-6)
+  # A rerun finds its parts finished: nothing runs again.
+  stamps = {d: os.path.getmtime(os.path.join(d, 'summary.json'))
+            for d in glob.glob(str(tmp_path / 'parts-part-*'))}
+  jobs.run_method(dataclasses.replace(budget, out=str(tmp_path / 'parts')))
+  assert all(os.path.getmtime(os.path.join(d, 'summary.json')) == t for d, t in stamps.items())

@@ -6,6 +6,7 @@ before it:
   plans       a preset's runs, what this build lacks for each (pending), their Configs
   estimates   how much work a mode is (from FLOPs)
   jobs        one method's runs as a job; Runner runs jobs here or in --jobs workers
+  cluster     ClusterRunner: the jobs as SLURM jobs through submitit (--executor=slurm)
   documents   settings tables, the experiments table, experiments/PRESETS.md
   running     a preset's jobs submitted, then results.json, table.md and the curves
   provenance  OUT/provenance.json

@@ -44,18 +44,44 @@ def run_method(config, sweep=True, log=lambda *_: None):
   """Runs config's seeds x grid; returns [tables.Run] (seed, grid point, test and validation
   curves). A run directory already there is resumed (run_or_resume)."""
   if sweep:
-    run_or_resume(config, log)
-    return read_runs(config.out, config)
+    try:
+      run_or_resume(config, log)
+      return read_runs(config.out, config)
+    except fedjax_drift.errors.MemoryBudgetError:
+      if len(grid_points(parse_grid(config.grid))) * config.seeds == 1:
+        raise
+    return _run_in_parts(config, log)
   runs = []  # an algorithm sweeps refuse: one run per grid point and seed
-  for point in grid_points(parse_grid(config.grid)):
-    for s in range(config.seeds):
-      tag = '-'.join(f'{k}{val:g}' for k, val in point.items())
-      single = dataclasses.replace(config, **point, seed=config.seed + s, seeds=1, grid='',
-                                   out=f'{config.out}-{tag}-s{s}')
-      run_or_resume(single, log)
-      runs += [r._replace(seed=config.seed + s, point=point)
-               for r in read_runs(single.out, single)]
+  for single, point in _singles(config):
+    run_or_resume(single, log)
+    runs += [r._replace(seed=single.seed, point=point) for r in read_runs(single.out, single)]
   return runs
+
+
+def _run_in_parts(config, log):
+  """run_method's sweep when its runs do not fit the memory budget at once (FedDyn's and
+  SCAFFOLD's per-client tables at paper scale): one part per grid point with all seeds, or
+  with half, a quarter, ... of them, down to single runs, each part its own run directory
+  (OUT-part-<point>-s<first seed>x<seeds>) resumed like any other. The part size is found
+  the same way on every launch (a refused size writes nothing), so a rerun finds its parts."""
+  points = grid_points(parse_grid(config.grid))
+  per = config.seeds if len(points) > 1 else max(1, config.seeds // 2)
+  while True:
+    try:
+      runs = []
+      for point in points:
+        tag = '-'.join(f'{k}{val:g}' for k, val in point.items()) or 'all'
+        for first in range(0, config.seeds, per):
+          part = dataclasses.replace(
+              config, **point, grid='', seed=config.seed + first,
+              seeds=min(per, config.seeds - first), out=f'{config.out}-part-{tag}-s{first}x{per}')
+          run_or_resume(part, log)
+          runs += [r._replace(point=point) for r in read_runs(part.out, part)]
+      return runs
+    except fedjax_drift.errors.MemoryBudgetError:
+      if per == 1:
+        raise
+      per = max(1, per // 2)
 
 
 def run_or_resume(config, log=lambda *_: None):
@@ -71,6 +97,32 @@ def run_or_resume(config, log=lambda *_: None):
   if _finished(config):
     return
   fedjax_drift.run(dataclasses.replace(config, resume=True, overwrite=''), log)
+
+
+def method_finished(config, sweep=True):
+  """Whether every run directory of the sweep (run_method's) finished with these settings."""
+  if config.overwrite:
+    return False
+  for single in [(config, None)] if sweep else _singles(config):
+    try:
+      _check_same_runs(single[0])
+    except fedjax_drift.UserError:  # no config.json, or other settings
+      return False
+    if not _finished(single[0]):
+      return False
+  return True
+
+
+def _singles(config):
+  """[(Config, grid point)]: one run per grid point and seed, each in its own directory (for
+  algorithms that refuse sweeps)."""
+  out = []
+  for point in grid_points(parse_grid(config.grid)):
+    for s in range(config.seeds):
+      tag = '-'.join(f'{k}{val:g}' for k, val in point.items())
+      out.append((dataclasses.replace(config, **point, seed=config.seed + s, seeds=1, grid='',
+                                      out=f'{config.out}-{tag}-s{s}'), point))
+  return out
 
 
 def _check_same_runs(config):
@@ -103,7 +155,7 @@ def _finished(config):
               os.path.isfile(os.path.join(config.out, 'summary.json')))
 
 
-def _run_method_job(config, sweep):
+def run_method_job(config, sweep):
   """run_method in a worker process: ('ok', runs) or ('diverged', message); a UserError
   comes back as ('error', message), so nothing but plain values crosses processes."""
   try:
@@ -123,7 +175,7 @@ class _Later:
   def result(self):
     """The job's outcome, run now if not yet."""
     if self.value is None:
-      self.value = _run_method_job(*self.args)
+      self.value = run_method_job(*self.args)
     return self.value
 
 
@@ -155,7 +207,7 @@ class Runner:
     self._reset()
 
   def submit(self, config, sweep):
-    """A future of _run_method_job(config, sweep): with jobs=1 it runs when its result is
+    """A future of run_method_job(config, sweep): with jobs=1 it runs when its result is
     asked for, else in the next free worker (jobs are taken in the order submitted)."""
     if self.jobs == 1:
       return _Later(config, sweep)
@@ -255,7 +307,7 @@ def _worker(conn, parent):
       return
     index, config, sweep = task
     try:
-      conn.send((index, _run_method_job(config, sweep)))
+      conn.send((index, run_method_job(config, sweep)))
     except KeyboardInterrupt as e:  # SIGTERM from the parent: the run kept its checkpoint
       sys.stderr.flush()
       os._exit(interrupts.exit_code(e))  # pylint: disable=protected-access

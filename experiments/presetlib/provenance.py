@@ -9,13 +9,17 @@ import time
 import jax
 
 from fedjax_drift import report
+from presetlib.cluster import read_job_files
 from presetlib.loading import ROOT
 
 
 def write_provenance(out_dir, started, after_s, load_start, n_presets, jobs):
   """OUT/provenance.json: the commit (with whether the checkout had changes), the command,
   when this preset finished into it and the whole command's wall time, load averages and
-  the machine; experiments/collect_results.py prints them above the preset's tables."""
+  the machine; experiments/collect_results.py prints them above the preset's tables. A
+  preset run by a cluster executor adds `jobs`: each job's host, machine, start, wall time,
+  commit and job id (OUT/jobs/*.json, presetlib.cluster)."""
+  jobs = read_job_files(out_dir)
   def git(*a):
     try:
       return subprocess.run(['git', '-C', ROOT, *a], capture_output=True, text=True,
@@ -33,7 +37,8 @@ def write_provenance(out_dir, started, after_s, load_start, n_presets, jobs):
       'machine': f'{os.cpu_count()}-core {platform.machine()} CPU, '
                  f'{"no GPU" if jax_backend() == "cpu" else jax_backend()}',
       'started_utc': time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(started)),
-      'finished_utc': time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())})
+      'finished_utc': time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime()),
+      **({'jobs': jobs} if jobs else {})})
 
 
 def jax_backend():
