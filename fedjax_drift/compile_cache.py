@@ -13,6 +13,8 @@ cache the user set up for JAX itself ($JAX_COMPILATION_CACHE_DIR) is left as it 
 folder others can write).
 """
 import os
+import shutil
+import tempfile
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
@@ -25,6 +27,25 @@ from fedjax_drift.data import common
 MAX_BYTES = 2 << 30
 # Compiles quicker than this are not written: eager one-op programs would fill the cache.
 MIN_COMPILE_S = 0.1
+# Below this much free space the cache is not used: JAX would print a raw warning for every
+# entry it fails to write.
+MIN_FREE_BYTES = 256 << 20
+
+
+def unusable(path) -> str:
+  """Why the cache cannot be kept in `path` ('' when it can): a folder that cannot be created
+  or written (a read-only disk, no permission; tried, not guessed from the mode bits), or a
+  disk with less than MIN_FREE_BYTES free."""
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path, prefix='.probe-'):
+      pass
+    free = shutil.disk_usage(path).free
+  except OSError as e:
+    return e.strerror or str(e)
+  if free < MIN_FREE_BYTES:
+    return f'only {free >> 20} MB free'
+  return ''
 
 
 def directory(setting):
@@ -36,13 +57,19 @@ def directory(setting):
   return os.path.join(common.cache_dir(), 'xla')
 
 
-def use(setting):
+def use(setting, log=print):
   """Points this process's compilation cache at `setting`'s directory (or turns it off);
   returns the directory in use (None: off). JAX opens its cache once per process, so a
-  change of directory resets it first."""
+  change of directory resets it first. A directory that is unusable() is not used: one
+  warning line through `log`, and the run compiles without it."""
   if setting == 'auto' and os.environ.get('JAX_COMPILATION_CACHE_DIR'):
     return os.environ['JAX_COMPILATION_CACHE_DIR']  # the user's own JAX set-up
   path = directory(setting)
+  why = unusable(path) if path is not None else ''
+  if why:
+    log(f'warning: --compile_cache={setting}: {path} is not usable ({why}); compiling without '
+        'the cache')
+    path = None
   if path is None:
     jax.config.update('jax_enable_compilation_cache', False)
     return None
