@@ -23,6 +23,9 @@ PIPELINE = ('augment', 'augment_pad', 'augment_degrees', 'normalize', 'normalize
             'projection_hidden', 'gn_groups', 'gn_group_size', 'dropout', 'eval_protocol')
 
 
+SAID_BELOW = ('partition', 'dataset', 'model', 'algo')  # missing() names these its own way
+
+
 def _dataset_known(name):
   prefix = name.split(':', 1)[0] + ':' if ':' in name else None
   return name in sources.DATASETS or (prefix and any(k.startswith(prefix)
@@ -39,7 +42,7 @@ def missing(values):
         out.append(f'flag --{k}')
       continue
     choices = fields[k].metadata.get('choices')
-    if choices and val not in choices:
+    if choices and val not in choices and k not in SAID_BELOW:
       out.append(f'--{k}={val}')
   part = values.get('partition', 'iid')
   if registry.find('partition', part) is None or part.startswith('natural:'):
