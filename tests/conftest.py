@@ -8,11 +8,22 @@
   `fedjax-drift-data import`); the tiny learnable npz problem is make_npz below.
 - Experiments on the tiny problem and batch replay: tests/helpers.py.
 - The registry's declarations against what each entry's build reads: test_registry.py.
+- One file per core module: test_config.py, test_study.py (the runs a config stands for),
+  test_simulation.py (the run's flags and record), test_evaluation.py (--eval_protocol),
+  test_tables.py (a results table's numbers), test_results.py (one selection rule),
+  test_report.py (figures), test_engine.py, test_registry.py. Behaviours that cross modules
+  are named for the behaviour: test_sweep.py (seeds x grid end to end), test_reliability.py
+  (resume, divergence), test_cli.py and test_usability.py (the command line).
+- Compiled programs: one XLA compilation cache for the whole session (session_compile_cache
+  below), so tests that share shapes (the tiny npz, make_npz's defaults, helpers.tiny_config)
+  compile each program once; reuse those shapes in a new test to keep the suite fast.
 """
 import json
 import os
 import sys
 
+import jax
+from jax.experimental.compilation_cache import compilation_cache
 import numpy as np
 import pytest
 
@@ -64,6 +75,55 @@ def onednn_build_cache(tmp_path_factory):
   with pytest.MonkeyPatch.context() as patch:
     patch.setenv('FEDJAX_DRIFT_ONEDNN_CACHE', str(path))
     yield path
+
+
+# Compiles quicker than this are not stored in the session's compilation cache: a test's eager
+# one-op programs compile in milliseconds and would cost more to write than to redo.
+_MIN_COMPILE_S = 0.05
+# A size limit makes JAX lock the directory around reads and writes (compile_cache.py does the
+# same), so concurrent subprocesses never read a half-written entry.
+_MAX_BYTES = 4 << 30
+
+
+def _point_jax_at(path):
+  """Turns this process's persistent compilation cache on at `path`, with the session's
+  thresholds (a test may have turned it off or moved it, as `--compile_cache` does)."""
+  if jax.config.jax_compilation_cache_dir == path and jax.config.jax_enable_compilation_cache:
+    return
+  compilation_cache.reset_cache()
+  jax.config.update('jax_enable_compilation_cache', True)
+  jax.config.update('jax_compilation_cache_max_size', _MAX_BYTES)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', _MIN_COMPILE_S)
+  jax.config.update('jax_persistent_cache_min_entry_size_bytes', -1)
+  compilation_cache.set_cache_dir(path)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def session_compile_cache(tmp_path_factory):
+  """One XLA compilation cache for the whole session, shared by every test and by the CLI
+  runs they start: most tests compile the same few programs (the tiny problem's model, round
+  and evaluation), and compiling each anew per test and per subprocess was most of the
+  suite's time. Sharing stays hermetic: JAX keys an entry by the program, its compile
+  options, the jaxlib version and the devices, so a hit returns what compiling would (tested
+  in test_compile_cache.py). Runs with `--compile_cache=auto` use it because JAX's own
+  $JAX_COMPILATION_CACHE_DIR wins there; the dataset cache and HOME stay per test."""
+  path = str(tmp_path_factory.mktemp('xla_cache'))
+  with pytest.MonkeyPatch.context() as patch:
+    # Subprocesses read these when they import JAX.
+    patch.setenv('JAX_COMPILATION_CACHE_DIR', path)
+    patch.setenv('JAX_ENABLE_COMPILATION_CACHE', 'true')
+    patch.setenv('JAX_COMPILATION_CACHE_MAX_SIZE', str(_MAX_BYTES))
+    patch.setenv('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', str(_MIN_COMPILE_S))
+    patch.setenv('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '-1')
+    _point_jax_at(path)
+    yield path
+
+
+@pytest.fixture(autouse=True)
+def _session_compile_cache_in_use(session_compile_cache):
+  """Points this process back at the session's cache before each test (a test that ran
+  with `--compile_cache=off` or a directory of its own leaves JAX set that way)."""
+  _point_jax_at(session_compile_cache)
 
 
 @pytest.fixture(autouse=True)

@@ -33,7 +33,7 @@ def test_norm_layers_stay_local(tiny_npz, unequal_partition):
   rows, initial = state.clients['fedbn']['norms'], fedbn.norm_leaves(exp.state.params)
   trained = [c for c in range(4) if not all(np.array_equal(r[c], i)
                                             for r, i in zip(rows, initial))]
-  assert trained  # a client's rows change only when it trains (test_fedbn_eval: the others)
+  assert trained  # a client's rows change only when it trains (test_evaluation.py: the others)
   # Local training starts from the client's own norm layers.
   cid = trained[0]
   own = jax.tree.map(lambda a: a[cid], state.clients['fedbn'])

@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import tarfile
 
 import numpy as np
 import pytest
@@ -98,3 +99,21 @@ def test_module_command_line(tmp_path):
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert result.returncode == 0, result.stderr
   assert result.stdout.startswith('usps: 60 train / 20 test')
+
+
+def test_import_of_the_cifar10_jpeg_tarball_leaves_no_second_copy(tmp_path):
+  fixtures.write_cifar10_jpeg_dir(str(tmp_path / 'jpeg'), per_class=1)
+  (tmp_path / 'in').mkdir()
+  with tarfile.open(tmp_path / 'in' / 'cifar10-jpeg.tar.gz', 'w:gz') as tar:
+    for split in ('train', 'test'):
+      tar.add(tmp_path / 'jpeg' / split, arcname=split)
+  assert prepare.main(['import', str(tmp_path / 'in')]) == 0
+  cache = os.environ['FEDJAX_DRIFT_CACHE']  # the hermetic one (conftest.py)
+  found = sorted(os.path.relpath(os.path.join(d, f), cache)
+                 for d, _, files in os.walk(cache) for f in files)
+  assert found == [os.path.join('datasets', 'cifar10.npz')]
+  ds = sources.load('cifar10', None)
+  assert ds.x_train.shape == (10, 32, 32, 3) and sorted(ds.y_train) == list(range(10))
+  # A run straight from the tarball still caches its decode (that is the only copy then).
+  sources.load_cifar10_jpeg(str(tmp_path / 'in'))
+  assert any(f.startswith('cifar10-') for f in os.listdir(cache))

@@ -12,7 +12,6 @@ import pytest
 
 import fedjax_drift
 from fedjax_drift import config as config_lib
-from fedjax_drift import study as study_lib
 from test_cli import RUN, cli
 
 QUIET = dict(log=lambda *_: None)
@@ -109,23 +108,6 @@ def _checkpoint_message(tmp_path, npz):
     assert 'in round 1' in str(e)
     return str(e)
   raise AssertionError('a single diverging run must raise')
-
-
-def test_sentinels_resolved_and_grid_points_validated(tiny_npz, tmp_path):
-  runs = study_lib.plan(_config(tiny_npz, tmp_path, algo='fedadc', grid='beta:0.5,0.9'))
-  assert [(r.config.beta_local, r.config.beta_global) for r in runs] == [(0.5, 0.5),
-                                                                        (0.9, 0.9)]
-  study = study_lib.build(_config(tiny_npz, tmp_path, algo='fedadc', grid='beta:0.5,0.9'))
-  assert set(study.traced) == {'beta', 'beta_local', 'beta_global'}
-  np.testing.assert_allclose(study.inputs['hp']['beta_local'], [0.5, 0.9])
-  with pytest.raises(fedjax_drift.UserError, match=r'--grid point lr=-1: --lr=-1.0'):
-    study_lib.plan(_config(tiny_npz, tmp_path, grid='lr:0.1,-1'))
-  with pytest.raises(fedjax_drift.UserError, match='cannot be swept'):
-    config_lib.parse_grid('rounds:1,2')
-  with pytest.raises(fedjax_drift.UserError, match='must be numbers'):
-    config_lib.parse_grid('lr:a,b')
-  assert config_lib.grid_points(config_lib.parse_grid('lr:1,2;beta:0.5')) == [
-      {'lr': 1.0, 'beta': 0.5}, {'lr': 2.0, 'beta': 0.5}]
 
 
 def test_sweep_with_scenario_cover_personalisation_and_params(tiny_npz, tmp_path):

@@ -57,6 +57,15 @@ def test_list_prints_one_line_per_value():
       assert any(line.split()[:1] == [name] for line in lines), name
 
 
+def test_list_descriptions_end_on_a_whole_phrase():
+  for _, _, entries in catalog.sections():  # what --list prints (above)
+    for name, summary in entries.items():
+      text = summary.rstrip()
+      assert text.count('(') == text.count(')'), (name, text)
+      assert not text.endswith((',', ';', ':', ' and', ' or', ' the', ' a', ' of', '-', '(')), \
+          (name, text)
+
+
 @pytest.mark.parametrize('args,hint', [
     (['--round=3'], 'did you mean --rounds?'),
     (['--local_step=3'], 'did you mean --local_steps?'),

@@ -1,6 +1,7 @@
-"""FedBN's evaluation protocol (--eval_protocol): each client's own model (global weights +
-its BatchNorm rows) on its own domain's test split, per-domain accuracies and their mean;
-checked by hand, in a sweep and across a resume."""
+"""evaluation.py's protocols (--eval_protocol), here FedBN's: each client's own model (global
+weights + its BatchNorm rows) on its own domain's test split, per-domain accuracies and their
+mean; checked by hand, in a sweep and across a resume. The clients' own test splits under
+--eval_protocol=local: test_local_only.py."""
 import csv
 
 import jax

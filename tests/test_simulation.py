@@ -1,6 +1,9 @@
-"""A run directory written before a flag existed still resumes: the run-defining flags that
-the record hashes leave out every field at its default (a new flag's default is what the old
-run did), while any non-default flag still counts."""
+"""simulation.py: the flags that define a run (`run_flags`, what the run record hashes), so a
+run directory written before a flag existed still resumes: every field at its default is left
+out (a new flag's default is what the old run did), while any non-default flag still counts.
+
+The host loop end to end: test_cli.py (a real run), test_reliability.py (resume, divergence),
+test_study.py (the runs it builds)."""
 import dataclasses
 
 from fedjax_drift import rundir, simulation
