@@ -21,7 +21,7 @@ import numpy as np
 
 from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, hardware, inputs,
                           interrupts, models, report, results, rundir)
-from fedjax_drift import compile_cache, diagnostics, host_state, methods
+from fedjax_drift import best_val, compile_cache, diagnostics, host_state, methods
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -116,6 +116,9 @@ def _check_outputs(config):
   files = _input_paths(config)
   rundir.check_out(run_dir, config.resume, config.overwrite, files)
   rundir.check_save_params(config.save_params, run_dir, files, config.overwrite, config.resume)
+  if best_val.wanted(config):
+    rundir.check_save_params(best_val.beside(config.save_params), run_dir, files,
+                             config.overwrite, config.resume)
   if config.resume:
     _check_resumable(config, run_dir)
   return run_dir
@@ -425,6 +428,7 @@ class _Progress:
     self.tensorboard_written = {'eval': len(self.eval_rows), 'rounds': len(self.round_rows)}
     self.tensorboard_writers = {}
     self.diag = None  # diagnostics.Recorder when a diagnostic is on (_loop sets it)
+    self.best_val = None  # best_val.Tracker when the run keeps its best-validation model
 
   def history(self):
     return {'eval_rows': self.eval_rows, 'round_rows': self.round_rows,
@@ -484,6 +488,8 @@ def _loop(study, compiled, out, log):
     prog.diag = diagnostics.Recorder(study, history, out.run_dir,
                                      done if out.restored is not None else None, log)
     prog.diag.at_stop(done, state.params)  # features of the initial model (round 0)
+  if best_val.wanted(cfg) and not distributed.active():
+    prog.best_val = best_val.Tracker(out.run_dir, prog.num_runs, prog.eval_rows)
   elapsed0 = prog.eval_rows[-1]['elapsed_s'] if prog.eval_rows else 0.0
   if not prog.eval_rows:
     prog.add_eval(0, _evaluate(ev, state, prog), 0.0, ev.columns)
@@ -532,6 +538,9 @@ def _evaluate(ev, state, prog):
   result = jax.device_get(ev.evaluate(state, ev.inputs))
   if prog.diag:
     result = {**result, **prog.diag.eval_columns(state.params, prog.diverged)}
+  if prog.best_val is not None:
+    with interrupts.deferred(writing=True):
+      prog.best_val.update(result, state.params, prog.diverged)
   return result
 
 
@@ -604,6 +613,10 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
   if cfg.save_params:
     out.record.add_output(cfg.save_params, save_params(
         cfg.save_params, jax.tree.map(lambda a: a[:len(study.runs)], state.params)))
+  if prog.best_val is not None:  # NAME.best_val.npz beside it
+    kept = prog.best_val.save_beside(cfg.save_params, save_params)
+    if kept:
+      out.record.add_output(*kept)
   out.record.set(finished=True)  # last: a run stopped before this is finished by --resume
   return results.report_end(study, summary, per_run, total_s, compiled.compile_s, log)
 
