@@ -36,7 +36,13 @@ mean and 95% t-interval over the seeds, and each method's paired difference to F
 the paper's own method (fedjax_drift/tables.py). Outputs go to --out (default
 runs/presets/<preset>-<mode>/ under the current directory): table.md, results.json and one
 accuracy plot per scenario. An --out that already holds results is refused without
---overwrite.
+--overwrite (start again) or --resume (keep its runs, write the tables again).
+
+Each method sweep runs in its own run directory, OUT/runs/<scenario>-<method>: the same
+command run again into the same --out (after Ctrl-C, a kill, a crash) keeps the finished
+sweeps and resumes the others from their checkpoints, to the tables of an uninterrupted run.
+Any other --flag=value is a run flag (fedjax-drift --help) set over every run of the preset.
+--executor=slurm submits the sweeps as SLURM jobs through submitit (presetlib/cluster.py).
 """
 import argparse
 import os
