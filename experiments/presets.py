@@ -44,11 +44,8 @@ sweeps and resumes the others from their checkpoints, to the tables of an uninte
 Any other --flag=value is a run flag (fedjax-drift --help) set over every run of the preset.
 --executor=slurm submits the sweeps as SLURM jobs through submitit (presetlib/cluster.py).
 """
-import argparse
 import os
 import signal
-import sys
-import time
 
 
 def _early_stop(signum, frame):  # pylint: disable=unused-argument
@@ -62,6 +59,10 @@ def _early_stop(signum, frame):  # pylint: disable=unused-argument
 if __name__ == '__main__':  # the first instruction: a signal while importing is one line too
   for _signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(_signal, _early_stop)
+
+import argparse  # noqa: E402  (after the handlers: importing takes a moment too)
+import sys  # noqa: E402
+import time  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
