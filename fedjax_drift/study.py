@@ -330,7 +330,12 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   chunk, strategy = _parallelism(config, model, platform)
   data = federated.build(shared.x, shared.y, train_parts, ds.num_classes)
   run_key = jax.random.key(config.seed)
-  params = model.init(jax.random.fold_in(run_key, 0))
+  # One compiled program, not each initialiser and each op of init's forward pass compiled
+  # on its own (eagerly: half of a first CNN run's compilation). Bit-identical
+  # (tests/test_study.py). A --pretrained checkpoint is read inside init: eager, or its
+  # weights would become constants of the program.
+  init = model.init if config.pretrained else jax.jit(model.init)
+  params = init(jax.random.fold_in(run_key, 0))
   if config.init_params:  # the same key use as without: only the starting point differs
     params = saved.into(params, saved.read(config.init_params, config.init_params_run),
                         config.init_params)

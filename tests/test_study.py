@@ -65,3 +65,14 @@ def test_build_stacks_each_run_as_its_lone_run(tiny_npz, tmp_path):
     assert leaves[1]
     for stacked, own in zip(*leaves):
       np.testing.assert_array_equal(stacked[r], own)
+
+
+def test_initial_params_are_the_models_own_init(tiny_npz, tmp_path):
+  """build compiles init as one program; the values are init's, bit for bit."""
+  config = _config(tiny_npz, tmp_path, model='mlp_bn', init='torch')
+  run = study_lib.prepare(config)
+  eager = run.model.init(jax.random.fold_in(jax.random.key(config.seed), 0))
+  assert jax.tree.structure(eager) == jax.tree.structure(run.state.params)
+  for built, own in zip(jax.tree.leaves(run.state.params), jax.tree.leaves(eager)):
+    assert built.dtype == own.dtype
+    np.testing.assert_array_equal(np.asarray(built), np.asarray(own))
