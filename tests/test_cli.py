@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from fedjax_drift import cli as cli_lib
 from reference import logreg_grad, logreg_loss
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,7 +20,7 @@ def cli(*args, cwd=None):
                         cwd=cwd or ROOT, timeout=600)
 
 
-@pytest.mark.parametrize('args,flag', [
+BAD_INPUTS = [
     (['--rounds=-1'], '--rounds'),  # 0 is valid: only evaluate the start
     (['--clients_per_round=60', '--num_clients=50'], '--clients_per_round'),
     (['--lr=-1'], '--lr'),
@@ -31,15 +32,34 @@ def cli(*args, cwd=None):
     (['--dataset=npz:/no/such.npz'], '/no/such.npz'),
     (['--weighting=median'], '--weighting'),
     (['--local_steps=5', '--local_epochs=2'], '--local_steps'),
-])
+]
+
+
+def _one_line_exit_2(code, stderr, out, flag):
+  assert code == 2, stderr
+  lines = stderr.strip().splitlines()
+  assert len(lines) == 1 and flag in lines[0], stderr
+  assert 'Traceback' not in stderr
+  assert not out.exists() or not os.listdir(out)
+
+
+@pytest.mark.parametrize('args,flag', [BAD_INPUTS[0], BAD_INPUTS[3], BAD_INPUTS[8]])
 def test_bad_input_one_line_exit_2(tmp_path, args, flag):
+  """As a user runs it: a process of its own (a flag check, a parse error, a missing file)."""
   out = tmp_path / 'run'
   result = cli(*args, f'--out={out}', '--progress=false')
-  assert result.returncode == 2, result.stderr
-  lines = result.stderr.strip().splitlines()
-  assert len(lines) == 1 and flag in lines[0], result.stderr
-  assert 'Traceback' not in result.stderr
-  assert not out.exists() or not os.listdir(out)
+  _one_line_exit_2(result.returncode, result.stderr, out, flag)
+
+
+@pytest.mark.parametrize('args,flag', BAD_INPUTS)
+def test_bad_input_one_line_exit_2_in_process(tmp_path, capsys, args, flag):
+  """Every bad input through the command line's own main (no process start-up each)."""
+  out = tmp_path / 'run'
+  try:
+    code = cli_lib.main([*args, f'--out={out}', '--progress=false'])
+  except SystemExit as e:  # argparse's own errors
+    code = e.code
+  _one_line_exit_2(code, capsys.readouterr().err, out, flag)
 
 
 def test_out_is_a_file_and_unwritable_save_params(tmp_path):
