@@ -254,7 +254,7 @@ def main(argv=None):
       names = list(PRESETS) if args.preset == 'all' else [args.preset]
       only = tuple(x.strip() for x in args.only.split(',') if x.strip()) or None
       started, load_start = time.time(), os.getloadavg()[0]
-      runner = _runner(args, names)
+      runner = Runner(1) if args.show else _runner(args, names)  # --show starts nothing
       code = _finish(args, names, _start(args, names, only, runner, flags), started,
                      load_start)
       runner.close()

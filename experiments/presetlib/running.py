@@ -119,7 +119,7 @@ def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, o
   os.makedirs(out_dir, exist_ok=True)
   changed = ([f'dataset {dataset} instead of the paper\'s'] if dataset else []) + \
       ([f'only the methods {", ".join(only)}'] if only else []) + \
-      ([f'run flags set on the command line: ' + ' '.join(
+      (['run flags set on the command line: ' + ' '.join(
           f'--{k}={v}' for k, v in sorted(flags.items()))] if flags else [])
   skipped = [f'{m} @ {s} ({"; ".join(r)})' for s, m, _, _, _, r in rows if r]
   accuracy = {accuracy_column(c) for *_, c in live}
