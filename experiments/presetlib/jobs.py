@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 
 import fedjax_drift
 from fedjax_drift import inputs, interrupts, rundir, tables
@@ -307,10 +308,15 @@ def _worker(conn, parent):
       return
     index, config, sweep = task
     try:
-      conn.send((index, run_method_job(config, sweep)))
+      outcome = run_method_job(config, sweep)
     except KeyboardInterrupt as e:  # SIGTERM from the parent: the run kept its checkpoint
       sys.stderr.flush()
       os._exit(interrupts.exit_code(e))  # pylint: disable=protected-access
+    except Exception as e:  # pylint: disable=broad-except  (a bug: its traceback, one error)
+      traceback.print_exc()
+      first = (str(e).strip().splitlines() or [''])[0]
+      outcome = 'error', f'{config.out}: {type(e).__name__}: {first} (traceback above)'
+    conn.send((index, outcome))
 
 
 def _die_with_parent(parent):
