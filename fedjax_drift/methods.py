@@ -10,6 +10,7 @@ own inside one run directory, the way a preset runs its methods:
   RUN_DIR/runs.csv       every method's runs, with an algo column
   RUN_DIR/table.csv      one row per method: its selected grid point (results.selected, the
                          one selection rule) and that point's statistics over the seeds
+                         (and its mean final_dp_epsilon, for a DP method)
   RUN_DIR/summary.json   per method: its grid points, its selection and its directory
 
 A grid axis that a method does not read (prox_mu for fedavg) is left out of that method's grid
@@ -112,7 +113,8 @@ def run_all(config: Config, log, run_one) -> dict:
   # methods differ in their grid axes: the header is every row's columns, blank where absent
   report.write_csv(os.path.join(run_dir, 'runs.csv'), rows,
                    list(dict.fromkeys(k for row in rows for k in row)))
-  report.write_csv(os.path.join(run_dir, 'table.csv'), summary['table'])
+  report.write_csv(os.path.join(run_dir, 'table.csv'), summary['table'],
+                   list(dict.fromkeys(k for row in summary['table'] for k in row)))
   report.write_json(os.path.join(run_dir, 'summary.json'), summary)
   record.set(finished=True)
   _log_table(summary['table'], run_dir, log)
@@ -138,6 +140,7 @@ def _summary(config, methods, configs, summaries, run_dir) -> dict:
     for key in TABLE_STATS:
       stats = chosen[key] or {}
       row[f'{key}_mean'], row[f'{key}_std'] = stats.get('mean'), stats.get('std')
+    row.update(_carried_means(s['runs'], chosen['grid_point']))
     table.append(row)
   return {'methods': methods, 'grid': config.grid, 'select_on': select_on,
           'by': per_method[methods[0]]['selected']['by'],
@@ -145,6 +148,19 @@ def _summary(config, methods, configs, summaries, run_dir) -> dict:
           'seeds': sorted({seed for s in summaries.values() for seed in s['seeds']}),
           'rounds': config.rounds, 'dataset': summaries[methods[0]]['dataset'],
           'run_dir': run_dir, 'per_method': per_method, 'table': table}
+
+
+def _carried_means(runs, point) -> dict:
+  """{final_<column>: mean} over the runs at grid point `point` that did not diverge, of
+  results.CARRIED_COLUMNS they report (DP-FedAvg's epsilon); {} when none does."""
+  mine = [r for r in runs if r['status'] == 'ok' and all(r.get(k) == v for k, v in
+                                                          (point or {}).items())]
+  out = {}
+  for column in results.CARRIED_COLUMNS:
+    values = [r[f'final_{column}'] for r in mine if r.get(f'final_{column}') is not None]
+    if values:
+      out[f'final_{column}'] = sum(values) / len(values)
+  return out
 
 
 def _log_table(table, run_dir, log):

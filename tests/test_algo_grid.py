@@ -80,6 +80,17 @@ def test_resume_continues_every_method(tiny_npz, unequal_partition, tmp_path):
   assert _rows(tmp_path / 'cut' / 'table.csv') == _rows(tmp_path / 'whole' / 'table.csv')
 
 
+def test_table_reports_privacy_spent(tiny_npz, unequal_partition, tmp_path):
+  summary = fedjax_drift.run(_config(tiny_npz, unequal_partition, tmp_path / 'dp',
+                                     grid='algo:fedavg,dp_fedavg', dp_noise=0.8), **QUIET)
+  inner = json.loads((tmp_path / 'dp' / 'dp_fedavg' / 'summary.json').read_text())
+  want = np.mean([r['final_dp_epsilon'] for r in inner['runs']])
+  table = _rows(tmp_path / 'dp' / 'table.csv')
+  assert table[0]['final_dp_epsilon'] == ''  # FedAvg: no privacy accounting
+  np.testing.assert_allclose(float(table[1]['final_dp_epsilon']), want)
+  assert summary['table'][1]['final_dp_epsilon'] == want
+
+
 def test_refusals(tiny_npz, unequal_partition, tmp_path):
   out = tmp_path / 'r'
   fedjax_drift.run(_config(tiny_npz, unequal_partition, out, grid='algo:fedavg', rounds=1,
