@@ -63,9 +63,13 @@ def qsgd_compress(v, levels, key):
 
 
 def topk_bytes(params, fraction):
-  """Bytes one client's top-k upload takes: k (value, index) pairs of 4 + 4 bytes per array."""
-  return sum(8 * max(1, math.ceil(fraction * a.size)) if math.ceil(fraction * a.size) < a.size
-             else 4 * a.size for a in jax.tree.leaves(params))
+  """Bytes one client's top-k upload takes: k (value, index) pairs of 4 + 4 bytes per array,
+  or the dense 4 per entry where top-k keeps every entry (topk_compress sends it as it is)."""
+  total = 0
+  for a in jax.tree.leaves(params):
+    k = max(1, math.ceil(fraction * a.size))
+    total += 8 * k if k < a.size else 4 * a.size
+  return total
 
 
 def qsgd_bytes(params, levels):
