@@ -1,6 +1,10 @@
 """--cohorts=file:PATH: a run replays a given cohort sequence instead of sampling one."""
 import dataclasses
 import json
+import os
+import socket
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -10,9 +14,10 @@ import fedjax_drift
 from fedjax_drift import engine, saved, simulation
 from fedjax_drift import study as study_lib
 from fedjax_drift.errors import UserError
-from helpers import run_rounds
+from helpers import run_rounds, tiny_config
 
 QUIET = dict(log=lambda *_: None)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _config(npz, **kw):
@@ -126,3 +131,61 @@ def test_ids_outside_the_partition_and_conflicting_flags(tiny_npz, tmp_path):
     _config(tiny_npz, cohorts='c.json').validate()
   with pytest.raises(UserError, match='--cohort_sampler=cover_classes'):
     _config(tiny_npz, cohorts=path, cohort_sampler='cover_classes').validate()
+
+
+# Two processes of one CPU device each (as tests/test_distributed.py launches them).
+TWO_PROCESSES = '''
+import sys
+sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
+import fedjax_drift
+from helpers import tiny_config
+pid, port = sys.argv[1:]
+config = tiny_config({npz!r}, {parts!r}, model='mlp', clients_per_round=4, batch_size=4,
+                     local_steps=2, rounds=3, eval_every=3, cohorts={cohorts!r},
+                     out={out!r}, save_params={out!r} + '.npz',
+                     coordinator_address='localhost:' + port, num_processes=2,
+                     process_id=int(pid))
+fedjax_drift.run(config)
+print('OK', pid)
+'''
+
+
+@pytest.mark.slow
+def test_two_processes_replay_the_file_as_one(tiny_npz, tmp_path):
+  # Eight clients, four per round (two per process): the file's cohorts decide who trains.
+  parts = tmp_path / 'parts.json'
+  parts.write_text(json.dumps([p.tolist() for p in np.array_split(
+      np.random.default_rng(1).permutation(60), 8)]))
+  parts = str(parts)
+  cohorts = _write(tmp_path / 'c.json', [[7, 0, 3, 5], [1, 2, 4, 6], [0, 2, 5, 7]])
+  out = str(tmp_path / 'two')
+  code = TWO_PROCESSES.format(root=ROOT, tests=os.path.join(ROOT, 'tests'), npz=tiny_npz,
+                              parts=parts, cohorts=cohorts, out=out)
+  with socket.socket() as s:
+    s.bind(('localhost', 0))
+    port = str(s.getsockname()[1])
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)  # one CPU device per process
+  procs = [subprocess.Popen([sys.executable, '-c', code, str(i), port], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+  try:
+    results = [p.communicate(timeout=600) for p in procs]
+  finally:
+    for p in procs:  # only ours, by handle
+      if p.poll() is None:
+        p.kill()
+        p.communicate()
+  for i, (p, (stdout, stderr)) in enumerate(zip(procs, results)):
+    assert p.returncode == 0 and f'OK {i}' in stdout, stderr[-3000:]
+  one = {}
+  for name, path in (('same', cohorts),
+                     ('other', _write(tmp_path / 'd.json', [[0, 1, 2, 3]] * 3))):
+    simulation.run(tiny_config(tiny_npz, parts, model='mlp', clients_per_round=4,
+                               batch_size=4, local_steps=2, rounds=3, eval_every=3,
+                               cohorts=path, out=str(tmp_path / name),
+                               save_params=str(tmp_path / f'{name}.npz')), **QUIET)
+    one[name] = saved.read(str(tmp_path / f'{name}.npz'))
+  two = saved.read(out + '.npz')
+  for name in two:
+    np.testing.assert_allclose(two[name], one['same'][name], rtol=1e-5, atol=1e-5)
+  assert any(not np.allclose(two[n], one['other'][n], rtol=1e-3) for n in two)
