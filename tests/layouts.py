@@ -6,8 +6,10 @@ they wrote instead; their pixel content is a public function of (label, index) f
 """
 import gzip
 import io
+import json
 import os
 import pickle
+import re
 import struct
 import tarfile
 import zipfile
@@ -485,3 +487,121 @@ def write_text_files(directory, kind='csv', per_class=2, classes=('neg', 'pos'))
     names = sorted(classes)
     expected[split] = ([t for t, _ in rows], np.asarray([names.index(y) for _, y in rows]))
   return expected
+
+
+# --- Natural federated datasets: TFF's h5 files and LEAF's JSON ---------------------------------
+# TFF (tensorflow_federated/python/simulation/datasets): fed_emnist_{train,test}.h5 with
+# examples/<client_id>/{pixels float32 [n, 28, 28] (1.0 = background), label int32 [n]};
+# shakespeare_{train,test}.h5 with examples/<client_id>/snippets (variable-length byte strings).
+# LEAF (TalwalkarLab/leaf, data/<name>/data/{train,test}/*.json): {"users", "num_samples",
+# "user_data": {uid: {"x", "y"}}}, a split's users spread over several files.
+
+def femnist_clients(writers=4, seed=0):
+  """{split: {writer_id: (pixels float32 [n, 28, 28] in k/255, labels int [n])}}: TFF/LEAF-
+  style writer ids, unequal sizes, ink on a 1.0 background; the first writer's training
+  labels are all 62 classes once, so the labels span FEMNIST's 0..61."""
+  rng = np.random.default_rng(seed)
+  out = {'train': {}, 'test': {}}
+  for w in range(writers):
+    uid = f'f{w:04d}_{(7 * w) % 100:02d}'
+    for split, n in (('train', 62 if w == 0 else 3 + w), ('test', 1 + w % 2)):
+      ink = rng.integers(0, 256, (n, 28, 28)) * (rng.random((n, 28, 28)) < 0.2)
+      labels = rng.permutation(62) if n == 62 else rng.integers(0, 62, n)
+      out[split][uid] = ((1.0 - ink / 255).astype(np.float32), labels)
+  return out
+
+
+def write_femnist_h5(directory, writers=4, seed=0):
+  """TFF's fed_emnist_train.h5 and fed_emnist_test.h5 in `directory`; returns femnist_clients."""
+  import h5py  # pylint: disable=g-import-not-at-top (optional: the federated extra)
+  clients = femnist_clients(writers, seed)
+  os.makedirs(directory, exist_ok=True)
+  for split, data in clients.items():
+    with h5py.File(os.path.join(directory, f'fed_emnist_{split}.h5'), 'w') as f:
+      for uid, (pixels, labels) in data.items():
+        g = f.create_group(f'examples/{uid}')
+        g.create_dataset('pixels', data=pixels)
+        g.create_dataset('label', data=labels.astype(np.int32))
+  return clients
+
+
+def _write_leaf(directory, split_users, files=2):
+  """LEAF's data/train and data/test under `directory`: each split's users spread over
+  `files` JSON files named as LEAF's split_data.py names them."""
+  for split, users in split_users.items():
+    folder = os.path.join(directory, 'data', split)
+    os.makedirs(folder, exist_ok=True)
+    ids = list(users)
+    for k in range(files):
+      mine = ids[k::files]
+      body = {'users': mine, 'num_samples': [len(users[u]['y']) for u in mine],
+              'user_data': {u: users[u] for u in mine}}
+      name = f'all_data_{k}_niid_0_keep_0_{split}_9.json'
+      with open(os.path.join(folder, name), 'w', encoding='utf-8') as f:
+        json.dump(body, f)
+
+
+def write_femnist_leaf(directory, writers=4, seed=0):
+  """LEAF FEMNIST JSON (x: 784 floats per image, y: ints) under directory/data/{train,test};
+  returns femnist_clients."""
+  clients = femnist_clients(writers, seed)
+  _write_leaf(directory, {split: {u: {'x': p.reshape(len(p), -1).tolist(), 'y': y.tolist()}
+                                  for u, (p, y) in data.items()}
+                          for split, data in clients.items()})
+  return clients
+
+
+# Lines every role speaks a share of: all 26 letters in both cases, digits and punctuation, so
+# the next characters cover most of LEAF's 80 symbols.
+SHAKESPEARE_LINES = (
+    'To be, or not to be: that is the question.\nWhether \'tis nobler in the mind to suffer',
+    'THE QUICK BROWN FOX JUMPS OVER THE LAZY DOG; 0123456789 & [so] (it) goes -- far?',
+    'Sphinx of black quartz, judge my vow!  Pack my box with five dozen liquor jugs.',
+    'Zounds! Vex not Jack; my quiz "wolves" fight big kebabs: 42 > 7 } done.',
+)
+
+
+def shakespeare_snippets(roles=3):
+  """{split: {role: [snippets]}}: TFF-style role ids, unequal amounts of text per role."""
+  out = {'train': {}, 'test': {}}
+  for r in range(roles):
+    role = f'THE_TRAGEDY_OF_HAMLET_{"ABCDEFGH"[r]}ROLE'
+    lines = [SHAKESPEARE_LINES[(r + k) % len(SHAKESPEARE_LINES)] for k in range(3 + r)]
+    out['train'][role] = lines
+    out['test'][role] = [SHAKESPEARE_LINES[(r + 2) % len(SHAKESPEARE_LINES)] * 2]
+  return out
+
+
+def write_shakespeare_h5(directory, roles=3):
+  """TFF's shakespeare_train.h5 and shakespeare_test.h5 in `directory`; returns
+  shakespeare_snippets."""
+  import h5py  # pylint: disable=g-import-not-at-top (optional: the federated extra)
+  snippets = shakespeare_snippets(roles)
+  os.makedirs(directory, exist_ok=True)
+  for split, data in snippets.items():
+    with h5py.File(os.path.join(directory, f'shakespeare_{split}.h5'), 'w') as f:
+      for role, lines in data.items():
+        f.create_group(f'examples/{role}').create_dataset(
+            'snippets', data=[s.encode('utf-8') for s in lines], dtype=h5py.string_dtype('utf-8'))
+  return snippets
+
+
+def leaf_windows(text, seq_len=80):
+  """LEAF's txt_to_data (shakespeare/preprocess/gen_all_data.py), as its loop writes it."""
+  text = text.replace('\n', ' ')
+  text = re.sub(r'   *', r' ', text)
+  xs, ys = [], []
+  for i in range(0, len(text) - seq_len, 1):
+    xs.append(text[i:i + seq_len])
+    ys.append(text[i + seq_len])
+  return xs, ys
+
+
+def write_shakespeare_leaf(directory, roles=3):
+  """LEAF Shakespeare JSON (x: 80-character strings, y: the next character) under
+  directory/data/{train,test}; returns {split: {role: (xs, ys)}}."""
+  written = {split: {role: leaf_windows(' '.join(lines)) for role, lines in data.items()}
+             for split, data in shakespeare_snippets(roles).items()}
+  _write_leaf(directory, {split: {r: {'x': xs, 'y': ys} for r, (xs, ys) in data.items()}
+                          for split, data in written.items()})
+  return written

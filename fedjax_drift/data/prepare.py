@@ -22,6 +22,9 @@ default ~/.cache/fedjax_drift):
   emnist_SPLIT          NIST's gzip.zip (or its emnist-SPLIT-*-ubyte.gz files): the byclass
                         split, or the one --dataset=emnist_SPLIT names
   svhn                  train_32x32.mat + test_32x32.mat
+  femnist, shakespeare  TFF's fed_emnist_{train,test}.h5 / shakespeare_{train,test}.h5, or a
+                        LEAF data folder (train/ and test/ of .json, told apart by their x);
+                        each example keeps its client (group column writer / role)
   ag_news               ag_news_csv.tgz (or ag_news_csv/ with train.csv, test.csv)
   sst5                  trainDevTestTrees_PTB.zip (or trees/ with train.txt, dev.txt,
                         test.txt); text datasets are stored as texts and tokenised when a
@@ -39,7 +42,7 @@ import sys
 import numpy as np
 
 from fedjax_drift import interrupts
-from fedjax_drift.data import downloads, formats, local, multidomain, sources, text
+from fedjax_drift.data import downloads, formats, local, multidomain, natural, sources, text
 from fedjax_drift.errors import UserError
 
 
@@ -81,6 +84,7 @@ def find(root, image_size=0):
     found += _found_in(dirpath, set(files), set(subdirs))
     found += downloads.found_in(dirpath, set(files), set(subdirs))
     found += text.found_in(dirpath, set(files), set(subdirs))
+    found += natural.found_in(dirpath, set(files), set(subdirs))
     if 'wnids.txt' in files:  # an extracted Tiny-ImageNet: do not walk its 120,000 images
       subdirs[:] = []
     # An archive's extracted copy beside it would be imported twice: the archive is enough.

@@ -14,7 +14,8 @@ from flax import linen as nn
 from fedjax_drift import registry
 # Importing the family modules registers their models; the names below are re-exported for the
 # callers that reach them through zoo.
-from fedjax_drift.models import convnets, mlps, resnets, text  # pylint: disable=unused-import
+from fedjax_drift.models import (  # noqa: F401 pylint: disable=unused-import
+    convnets, mlps, recurrent, resnets, text)
 from fedjax_drift.models.convnets import (cnn_emnist, local_response_norm,  # noqa: F401
                                           max_pool_3x3_s2)
 from fedjax_drift.models.layers import (adaptive_avg_pool, conv2d_strided,  # noqa: F401

@@ -1,0 +1,294 @@
+"""Natural federated datasets, with their own clients: FEMNIST by writer and Shakespeare by
+speaking role, read from TensorFlow Federated's h5 files or LEAF's JSON.
+
+Layouts (as their publishers ship them):
+  TFF h5      fed_emnist_train.h5 + fed_emnist_test.h5: examples/<client_id>/pixels (float32
+              [n, 28, 28], 1.0 = background) and label; shakespeare_train.h5 +
+              shakespeare_test.h5: examples/<client_id>/snippets (byte strings). Read with h5py
+              (the `federated` extra).
+  LEAF JSON   train/*.json + test/*.json, each {"users": [...], "num_samples": [...],
+              "user_data": {uid: {"x": [...], "y": [...]}}}: FEMNIST x are 784 floats per image
+              (1.0 = background), y class ids 0..61; Shakespeare x are 80-character strings and
+              y the next character.
+
+FEMNIST pixels are stored as uint8 round(255 * p), so the model sees the files' own values
+(both sources derive them from 8-bit images, 1.0 = white background, not inverted). Shakespeare
+becomes LEAF's task everywhere: ids in LEAF's 80-symbol alphabet (`LETTERS`, from LEAF's
+models/utils/language_utils.py), 80 characters in, the next character out (80 classes). TFF's
+snippets are turned into that form as LEAF's preprocessing turns a role's text: a client's
+snippets joined by spaces, newlines made spaces, runs of spaces made one, then every window of
+80 characters with the character after it. A character outside the alphabet becomes a space.
+The ids are stored as the text datasets' tokens (int32 [N, 2, 80]: ids, an all-ones mask).
+
+Each training example carries its client's id in the group column `writer` (FEMNIST) or `role`
+(Shakespeare), numbered in sorted order of the files' client ids: --partition=natural:writer
+makes each writer a client, and --num_clients below their number picks a seeded subset
+(partitions.natural). The test split pools every client's test examples.
+"""
+import json
+import os
+import re
+
+import numpy as np
+
+from fedjax_drift.data import common
+from fedjax_drift.errors import UserError
+
+try:  # optional: only TFF's h5 files need it
+  import h5py
+except ImportError:  # pragma: no cover - the `federated` extra installs it
+  h5py = None
+
+FEMNIST_H5 = ('fed_emnist_train.h5', 'fed_emnist_test.h5')
+SHAKESPEARE_H5 = ('shakespeare_train.h5', 'shakespeare_test.h5')
+# LEAF's Shakespeare alphabet (TalwalkarLab/leaf models/utils/language_utils.py ALL_LETTERS).
+LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
+SEQ_LEN = 80  # LEAF's window: 80 characters predict the 81st
+COLUMNS = {'femnist': 'writer', 'shakespeare': 'role'}
+
+# Character -> id in LETTERS; anything else -> the space's id (see the module docstring).
+_IDS = np.full(1 << 16, LETTERS.index(' '), np.int32)  # the Basic Multilingual Plane
+_IDS[[ord(c) for c in LETTERS]] = np.arange(len(LETTERS), dtype=np.int32)
+
+
+def char_ids(text) -> np.ndarray:
+  """A string -> int32 ids in LETTERS (characters outside it: the space's id)."""
+  codes = np.frombuffer(text.encode('utf-32-le'), np.uint32)
+  return np.where(codes < len(_IDS), _IDS[np.minimum(codes, len(_IDS) - 1)], _IDS[ord(' ')])
+
+
+def leaf_text(snippets) -> str:
+  """A TFF client's snippets as LEAF's preprocessing leaves a role's text: joined by spaces,
+  newlines made spaces, runs of two or more spaces made one (gen_all_data.py txt_to_data)."""
+  text = ' '.join(snippets).replace('\n', ' ')
+  return re.sub(r'   *', ' ', text)
+
+
+def windows(ids, seq_len=SEQ_LEN):
+  """ids [n] -> (x [n - seq_len, seq_len], y [n - seq_len]): each window and the id after it
+  (LEAF's txt_to_data: range(0, len(text) - seq_len))."""
+  if len(ids) <= seq_len:
+    return np.zeros((0, seq_len), np.int32), np.zeros(0, np.int32)
+  x = np.lib.stride_tricks.sliding_window_view(ids[:-1], seq_len)
+  return np.ascontiguousarray(x), ids[seq_len:].copy()
+
+
+def _tokens(x):
+  """Char ids [N, L] -> the text datasets' int32 [N, 2, L] (ids, an all-ones mask)."""
+  return np.stack([x, np.ones_like(x)], axis=1).astype(np.int32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Readers: each returns {client_id: (x, y)} of one split.
+
+def _need_h5py(path):
+  if h5py is None:
+    raise UserError(f'reading {path} needs h5py: pip install "fedjax-drift[federated]"')
+
+
+def read_h5(path, fields):
+  """A TFF h5 file -> {client_id: {field: array}} of examples/<client_id>/<field>."""
+  _need_h5py(path)
+  try:
+    with h5py.File(path, 'r') as f:
+      if 'examples' not in f:
+        raise UserError(f'{path} has no examples/ group (TFF\'s layout: examples/<client>/...)')
+      out = {}
+      for cid in sorted(f['examples']):
+        group = f['examples'][cid]
+        missing = [k for k in fields if k not in group]
+        if missing:
+          raise UserError(f'{path}: client {cid} lacks {", ".join(missing)} (expected '
+                          f'{", ".join(fields)})')
+        out[cid] = {k: group[k][()] for k in fields}
+      return out
+  except OSError as e:
+    raise UserError(f'cannot read {path} as h5: {e}') from None
+
+
+def read_leaf_split(folder):
+  """LEAF's split folder (train/ or test/) of *.json -> {user: {'x': [...], 'y': [...]}}."""
+  names = sorted(n for n in os.listdir(folder) if n.endswith('.json')) if os.path.isdir(
+      folder) else []
+  if not names:
+    raise UserError(f'{folder} holds no LEAF .json files')
+  users = {}
+  for name in names:
+    path = os.path.join(folder, name)
+    try:
+      with open(path, encoding='utf-8') as f:
+        raw = json.load(f)
+      data = raw['user_data']
+      for uid in raw['users']:
+        users[uid] = {'x': data[uid]['x'], 'y': data[uid]['y']}
+    except (OSError, ValueError) as e:
+      raise UserError(f'cannot read {path} as LEAF JSON: {e}') from None
+    except (KeyError, TypeError) as e:
+      raise UserError(f'{path} is not in LEAF\'s layout ({{"users", "num_samples", '
+                      f'"user_data": {{uid: {{"x", "y"}}}}}}): missing {e}') from None
+  return users
+
+
+def _pixels_uint8(p):
+  return np.clip(np.round(np.asarray(p, np.float64) * 255.0), 0, 255).astype(np.uint8)
+
+
+def femnist_h5(path):
+  """One TFF FEMNIST file -> {writer: (uint8 [n, 28, 28, 1], labels [n])}."""
+  return {cid: (_pixels_uint8(d['pixels']).reshape(-1, 28, 28, 1),
+                np.asarray(d['label'], np.int64))
+          for cid, d in read_h5(path, ('pixels', 'label')).items()}
+
+
+def femnist_leaf(folder):
+  """One LEAF FEMNIST split folder -> {writer: (uint8 [n, 28, 28, 1], labels [n])}."""
+  out = {}
+  for uid, d in read_leaf_split(folder).items():
+    x = np.asarray(d['x'], np.float64)
+    if x.ndim != 2 or x.shape[1] != 784:
+      raise UserError(f'{folder}: user {uid} has x of shape {x.shape}; FEMNIST images are '
+                      '784 floats each')
+    out[uid] = (_pixels_uint8(x).reshape(-1, 28, 28, 1), np.asarray(d['y'], np.int64))
+  return out
+
+
+def shakespeare_h5(path):
+  """One TFF Shakespeare file -> {role: (ids [n, 80], next ids [n])} (LEAF's windows)."""
+  out = {}
+  for cid, d in read_h5(path, ('snippets',)).items():
+    snippets = [s.decode('utf-8') if isinstance(s, bytes) else str(s) for s in d['snippets']]
+    out[cid] = windows(char_ids(leaf_text(snippets)))
+  return out
+
+
+def shakespeare_leaf(folder):
+  """One LEAF Shakespeare split folder -> {role: (ids [n, 80], next ids [n])}."""
+  out = {}
+  for uid, d in read_leaf_split(folder).items():
+    if any(len(s) != SEQ_LEN for s in d['x']) or any(len(c) != 1 for c in d['y']):
+      raise UserError(f'{folder}: user {uid} is not LEAF Shakespeare (x: {SEQ_LEN}-character '
+                      'strings, y: one character each)')
+    x = (np.stack([char_ids(s) for s in d['x']]) if d['x'] else
+         np.zeros((0, SEQ_LEN), np.int32))
+    out[uid] = (x, char_ids(''.join(d['y'])))
+  return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Assembling a Dataset.
+
+def assemble(name, train, test):
+  """{client: (x, y)} of each split -> a validated Dataset whose training examples carry
+  their client's id (sorted order of the client ids) in the group column COLUMNS[name];
+  clients without examples are left out."""
+  clients = sorted(c for c in train if len(train[c][1]))
+  if not clients:
+    raise UserError(f'{name}: the training files hold no examples')
+  held = [c for c in sorted(test) if len(test[c][1])]
+  if not held:
+    raise UserError(f'{name}: the test files hold no examples')
+  x_train = np.concatenate([train[c][0] for c in clients])
+  y_train = np.concatenate([train[c][1] for c in clients])
+  ids = np.repeat(np.arange(len(clients), dtype=np.int32), [len(train[c][1]) for c in clients])
+  x_test = np.concatenate([test[c][0] for c in held])
+  y_test = np.concatenate([test[c][1] for c in held])
+  if name == 'shakespeare':
+    ds = common.validate(name, _tokens(x_train), y_train, _tokens(x_test), y_test,
+                         groups={COLUMNS[name]: ids}, vocab_size=len(LETTERS))
+    return ds._replace(num_classes=len(LETTERS))
+  return common.validate(name, x_train, y_train, x_test, y_test, groups={COLUMNS[name]: ids})
+
+
+def layout(folder):
+  """'h5' or 'leaf': what a folder holds (TFF's pair of h5 files; LEAF's train/ and test/, or
+  LEAF's data/ folder holding them), with the path to read; None when neither."""
+  for sub in ('', 'data'):
+    root = os.path.join(folder, sub) if sub else folder
+    if all(os.path.isdir(os.path.join(root, s)) for s in ('train', 'test')):
+      return 'leaf', root
+  return None, folder
+
+
+def leaf_kind(folder):
+  """'femnist' or 'shakespeare' by the first training file's first x (a list of pixels or a
+  string), read from its first 64 KiB; None when it is neither."""
+  train = os.path.join(folder, 'train')
+  names = sorted(n for n in os.listdir(train) if n.endswith('.json'))
+  if not names:
+    return None
+  with open(os.path.join(train, names[0]), encoding='utf-8', errors='replace') as f:
+    head = f.read(1 << 16)
+  match = re.search(r'"x"\s*:\s*\[\s*([\["])', head)
+  if not match:
+    return None
+  return 'femnist' if match.group(1) == '[' else 'shakespeare'
+
+
+_H5 = {'femnist': (FEMNIST_H5, femnist_h5), 'shakespeare': (SHAKESPEARE_H5, shakespeare_h5)}
+_LEAF = {'femnist': femnist_leaf, 'shakespeare': shakespeare_leaf}
+
+
+def read_folder(name, folder):
+  """`name`'s Dataset from a folder of TFF's two h5 files or LEAF's train/ and test/."""
+  if not os.path.isdir(folder):
+    raise UserError(f'--data_dir={folder} is not a directory')
+  files, read = _H5[name]
+  if all(os.path.exists(os.path.join(folder, f)) for f in files):
+    return assemble(name, *(read(os.path.join(folder, f)) for f in files))
+  kind, root = layout(folder)
+  if kind == 'leaf':
+    return assemble(name, _LEAF[name](os.path.join(root, 'train')),
+                    _LEAF[name](os.path.join(root, 'test')))
+  raise UserError(f'--data_dir={folder} holds neither TFF\'s {" + ".join(files)} nor LEAF\'s '
+                  'train/ and test/ folders of .json files')
+
+
+def found_in(dirpath, files, subdirs):
+  """[(dataset, reader)] for `fedjax-drift-data import`: TFF's h5 pairs in this folder, and a
+  LEAF data folder (train/ and test/ of .json) by what its files hold."""
+  found = []
+  for name, (pair, _) in _H5.items():
+    if all(f in files for f in pair):
+      found.append((name, lambda name=name: read_folder(name, dirpath)))
+  if {'train', 'test'} <= subdirs:
+    try:
+      kind = leaf_kind(dirpath)
+    except OSError:
+      kind = None
+    if kind:
+      found.append((kind, lambda: assemble(kind, _LEAF[kind](os.path.join(dirpath, 'train')),
+                                           _LEAF[kind](os.path.join(dirpath, 'test')))))
+  return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and registering.
+
+def load(dataset, data_dir=None, **_):
+  """femnist or shakespeare from --data_dir (read_folder), or the imported copy."""
+  if data_dir:
+    return read_folder(dataset, data_dir)
+  arrays = common.load_imported(dataset)
+  structure = common.npz_structure(common.imported_path(dataset))
+  if dataset == 'shakespeare':  # token data: the alphabet is the vocabulary and the classes
+    structure['vocab_size'] = len(LETTERS)
+    return common.validate(dataset, *arrays, **structure)._replace(num_classes=len(LETTERS))
+  return common.validate(dataset, *arrays, **structure)
+
+
+def _folder_files(dataset, folder):
+  files, _ = _H5[dataset]
+  _, root = layout(folder)
+  return ([os.path.join(folder, f) for f in files]
+          + common.files_under(os.path.join(root, 'train'))
+          + common.files_under(os.path.join(root, 'test')))
+
+
+common.register_dataset(
+    'femnist', 'FEMNIST by writer (62 classes, 28x28): TFF\'s fed_emnist_{train,test}.h5 or '
+    'LEAF\'s train/ + test/ JSON, or imported; group column writer', load, importable=True,
+    folder_files=_folder_files, model='cnn_emnist')
+common.register_dataset(
+    'shakespeare', 'Shakespeare by speaking role, LEAF\'s next-character task (80 symbols): '
+    'TFF\'s shakespeare_{train,test}.h5 or LEAF\'s JSON, or imported; group column role',
+    load, importable=True, folder_files=_folder_files, model='char_lstm')
