@@ -181,3 +181,11 @@ def test_feature_rounds_after_the_last_round_are_named_in_a_warning(tiny_npz,
   assert line.startswith('warning: --diag_features_rounds: rounds 7, 9 after --rounds=4')
   assert diagnostics.late_rounds_warning(
       tiny_config(tiny_npz, unequal_partition, rounds=9, diag_features_rounds='0,9')) == ''
+
+
+def test_a_dataset_whose_name_fixes_its_classes_refuses_labels_beyond_them():
+  y = np.array([0, 3, 9, 0, 3, 9])  # three CIFAR-10 classes: not stray, the name says 10
+  assert common.validate('cifar10', _x(6), y, _x(3), np.array([0, 3, 9])).num_classes == 10
+  with pytest.raises(UserError, match=r'stray labels\? 10 \(1 train, 0 test\) \(mnist has 10 '
+                     r'classes, 0..9\)'):
+    common.validate('mnist', _x(6), np.r_[y[:-1], 10], _x(3), np.array([0, 3, 9]))

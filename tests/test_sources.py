@@ -68,7 +68,8 @@ def test_npz_float_features_unchanged_uint8_kept(tmp_path):
     (dict(y_train=np.array([0, 1, -1, 0])), 'labels must be >= 0'),
     (dict(y_train=np.array([0, 1, 0])), 'does not match'),
     (dict(x_test=np.zeros((2, 3), np.float32)), 'shape'),
-    (dict(y_test=np.array([0, 7])), 'outside the training labels'),
+    (dict(y_test=np.array([0, 7])), r'stray labels\? 7 \(0 train, 1 test\)'),
+    (dict(y_test=np.array([0, 2])), 'outside the training labels'),
     (dict(x_train=np.zeros((4, 2), np.int64)), 'dtype'),
 ])
 def test_npz_bad_content(tmp_path, bad, match):

@@ -32,6 +32,8 @@ class DatasetInfo(NamedTuple):
     --pretrained: the models read them too, so no entry declares them in `reads`).
   model: the --model a command line without one uses for this dataset ('' = Config's
     default), e.g. a text model for a text dataset (`usual_model`).
+  classes: the dataset's class count when its name fixes it (10 for MNIST), 0 when the
+    files tell (validate's stray-label check then judges by the labels found).
   """
   load: Callable
   files: Callable
@@ -39,22 +41,25 @@ class DatasetInfo(NamedTuple):
   shown: str = ''
   shared: tuple = ()
   model: str = ''
+  classes: int = 0
 
 
 def register_dataset(name, summary, load, *, reads=(), shared=(), importable=False, files=None,
-                     folder_files=None, prefix=False, shown=None, model='') -> registry.Entry:
+                     folder_files=None, prefix=False, shown=None, model='',
+                     classes=0) -> registry.Entry:
   """Registers --dataset=name (kind 'dataset'); returns its registry.Entry.
 
   summary: its --list line. load: see DatasetInfo. reads: the Config fields only this dataset
   reads (the unread-flag check, applies.py). files: callable(dataset, data_dir) -> paths, or
   None for `usual_files`' rule, with folder_files(dataset, folder) -> the paths read from a
   --data_dir folder. prefix: `name` matches every value starting with it. shown: the --list
-  name (default `name`), '' for an alias that --list leaves out. model: DatasetInfo.model."""
+  name (default `name`), '' for an alias that --list leaves out. model, classes: see
+  DatasetInfo."""
   if files is None:
     def files(dataset, data_dir):
       return usual_files(dataset, data_dir, importable, folder_files)
   info = DatasetInfo(load, files, importable, name if shown is None else shown, tuple(shared),
-                     model)
+                     model, classes)
   return registry.register('dataset', name, summary, reads, prefix=prefix, info=info)
 
 
@@ -255,26 +260,35 @@ def _ranges(values) -> str:
 
 
 def _check_no_stray_labels(name, y_train, y_test):
-  """Labels are class indices 0..C-1: when the distinct labels of both splits are at most
-  half of 0..max (MNIST's ten digits and one 255 would make 256 classes, 245 of them
-  empty), a few stray labels are the likelier cause, and the run would train a 256-way
+  """Labels are class indices 0..C-1. A dataset whose name fixes C (DatasetInfo.classes:
+  MNIST's 10) refuses any label from C on. Otherwise, when the distinct labels of both
+  splits are at most half of 0..max (ten digits and one 255 would make 256 classes, 245 of
+  them empty), a few stray labels are the likelier cause, and the run would train a 256-way
   classifier without a word. Refused alike in either split, naming the labels found and
   the stray ones with their counts."""
   present = np.unique(np.concatenate([y_train, y_test]))
   classes = int(present[-1]) + 1
-  if 2 * len(present) > classes:
+  entry = registry.find('dataset', name)
+  known = entry.info.classes if entry is not None and entry.info is not None else 0
+  if known:
+    if classes <= known:
+      return
+    stray = [int(v) for v in present if v >= known]
+  elif 2 * len(present) > classes:
     return
-  run = 0  # labels 0..run-1 all present: the classes; the ones above them are stray
-  while run < len(present) and present[run] == run:
-    run += 1
-  stray = [int(v) for v in present[run:]]
+  else:
+    run = 0  # labels 0..run-1 all present: the classes; the ones above them are stray
+    while run < len(present) and present[run] == run:
+      run += 1
+    stray = [int(v) for v in present[run:]]
   counts = [f'{v} ({int((y_train == v).sum())} train, {int((y_test == v).sum())} test)'
             for v in stray[:5]]
   raise UserError(f'{name}: the labels found, {_ranges([int(v) for v in present])}, would '
                   f'make {classes} classes, {classes - len(present)} of them without an '
                   f'example; stray labels? {"; ".join(counts)}'
                   + (f' and {len(stray) - 5} more' if len(stray) > 5 else '')
-                  + f' (labels must be class indices 0..C-1)')
+                  + (f' ({name} has {known} classes, 0..{known - 1})' if known else
+                     ' (labels must be class indices 0..C-1)'))
 
 
 def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains_test=None,

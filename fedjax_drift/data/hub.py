@@ -167,9 +167,12 @@ def _check_prepared_or_online(tfds, name, data_dir):
     return
   finally:
     absl.setLevel(level)
-  # TFDS's own catalogue downloads from the internet; a builder defined elsewhere (a user's,
-  # a test's) may prepare from local files.
-  catalogue = type(builder).__module__.startswith('tensorflow_datasets.')
+  # TFDS's own catalogue, prepared by TFDS's own download, needs the internet; a builder
+  # defined elsewhere (a user's, a test's) or a replaced preparation (tfds.testing.mock_data)
+  # may not.
+  prepare = getattr(type(builder).download_and_prepare, '__module__', '') or ''
+  catalogue = (type(builder).__module__.startswith('tensorflow_datasets.') and
+               prepare.startswith('tensorflow_datasets.core'))
   if catalogue and not prepared and not online():
     raise UserError(f'--dataset=tfds:{name} is not prepared in {where} and the internet is '
                     f'unreachable ({ONLINE_PROBE_HOST[0]} did not answer within '

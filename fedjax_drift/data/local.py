@@ -222,16 +222,17 @@ common.register_dataset(
     load_embedded, files=lambda dataset, data_dir: [EMBEDDED_PATH])
 common.register_dataset(
     'mnist', 'MNIST: --data_dir with the four IDX .gz files, or imported once',
-    load_idx, importable=True, files=_idx_files)
+    load_idx, importable=True, files=_idx_files, classes=10)
 common.register_dataset(
     'fashion_mnist', 'Fashion-MNIST: --data_dir with the four IDX .gz files, or imported once',
-    load_idx, importable=True, files=_idx_files)
+    load_idx, importable=True, files=_idx_files, classes=10)
 common.register_dataset(
     'cifar10', 'CIFAR-10: cifar-10-python.tar.gz or {train,test}/<class>/*.jpg, or imported',
-    load_cifar10_dataset, importable=True, folder_files=_cifar10_files, model='cnn_cifar')
+    load_cifar10_dataset, importable=True, folder_files=_cifar10_files, model='cnn_cifar',
+    classes=10)
 common.register_dataset(
     'usps', 'USPS 16x16 digits: usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5 or usps.npz, or imported',
-    load_usps_dataset, importable=True, folder_files=_usps_files)
+    load_usps_dataset, importable=True, folder_files=_usps_files, classes=10)
 common.register_dataset(
     'npz:', 'any .npz with x_train, y_train, x_test, y_test (optional d_train, d_test, '
     'domain_names, <column>_train; x_val, y_val: its own validation split; '
