@@ -77,9 +77,12 @@ def onednn_build_cache(tmp_path_factory):
     yield path
 
 
-# Compiles quicker than this are not stored in the session's compilation cache: a test's eager
-# one-op programs compile in milliseconds and would cost more to write than to redo.
-_MIN_COMPILE_S = 0.05
+# Compiles quicker than this are not stored in the session's compilation cache: eager one-op
+# programs compile in milliseconds, and every write scans the whole directory (JAX's size
+# accounting reads each entry's access time: about 50 us an entry), so thousands of tiny
+# entries would cost the suite minutes; the programs worth keeping (rounds, evaluations,
+# initialisations) take longer than this.
+_MIN_COMPILE_S = 0.2
 # A size limit makes JAX lock the directory around reads and writes (compile_cache.py does the
 # same), so concurrent subprocesses never read a half-written entry.
 _MAX_BYTES = 4 << 30
