@@ -195,8 +195,9 @@ def _check_structure(config, dataset):
     raise UserError(f'--partition=domains needs a dataset with domain ids; --dataset='
                     f'{config.dataset} has none (multi-domain: digits5, domainnet, '
                     'digits_domains, or an npz with d_train and d_test)')
-  if config.partition.startswith('natural:'):
-    column, have = config.partition[len('natural:'):], sorted(dataset.groups or {})
+  have = sorted(dataset.groups or {})
+  column = partitions.natural_column(config.partition, have, config.dataset)
+  if column is not None:
     if column not in have:
       raise UserError(f'--partition=natural:{column}: --dataset={config.dataset} has no group '
                       f'column {column!r}; '
@@ -204,20 +205,26 @@ def _check_structure(config, dataset):
                          'it has none (an npz gives them as <column>_train arrays)'))
 
 
-def _validation_split(config, dataset, norm=None, pool=None):
+def _validation_split(config, dataset, norm=None, pool=None, held=None):
   """FedGKD-Vote's server validation split: --vote_val_size training examples, seeded.
 
   Returns (kept example indices, server_data or None). Clients are partitioned over the kept
   examples only. With a file partition, validation examples come from examples no client
   holds (the file's indices refer to the full training set). pool: the training examples
-  to draw from (default all; less the --val_source=server split).
+  to draw from (default all; less the --val_source=server split). held: that server split,
+  when there is one: the vote's examples are drawn from it and the clients keep the pool.
   """
   n = len(dataset.y_train)
   pool = np.arange(n) if pool is None else pool
   if not algorithms.needs_validation(config):
     return pool, None
   size, rng = config.vote_val_size, np.random.default_rng(config.seed + 104729)
-  if config.partition.startswith('file:'):
+  if held is not None:  # the server's held-out split (--val_source=server) validates the vote,
+    if size > len(held):  # as FedGKD's code does: the clients keep the whole pool
+      raise UserError(f'--vote_val_size={size} exceeds the {len(held)} examples that '
+                      f'--val_source=server --val_fraction={config.val_fraction:g} holds out')
+    val, keep = np.sort(rng.choice(held, size, replace=False)), pool
+  elif config.partition.startswith('file:'):
     used = np.concatenate(partitions.from_file(config.partition[5:], n))
     free = np.setdiff1d(np.arange(n), used)
     if len(free) < size:
@@ -241,15 +248,16 @@ def _partition(config, shared):
   ds = shared.dataset
   pool, server_val = np.arange(len(ds.y_train)), None
   if config.val_fraction and config.val_source == 'server':  # first: the same for every method
-    server_val, pool = partitions.server_holdout(pool, config.val_fraction, config.seed)
-  keep, server_data = _validation_split(config, ds, shared.norm, pool)
+    server_val, pool = partitions.server_holdout(pool, config.val_fraction, config.seed,
+                                                 config.val_order)
+  keep, server_data = _validation_split(config, ds, shared.norm, pool, server_val)
   test_parts = None
+  column = partitions.natural_column(config.partition, list(ds.groups or {}), config.dataset)
   if config.partition == 'domains':
     parts, test_parts, _ = domains.domain_partition(
         ds.domains_train[keep], ds.domains_test, config.num_clients,
         np.random.default_rng(config.seed))
-  elif config.partition.startswith('natural:'):
-    column = config.partition[len('natural:'):]
+  elif column is not None:  # natural or natural:COLUMN
     parts = partitions.natural(ds.groups[column][keep], config.num_clients,
                                np.random.default_rng(config.seed), column)
   elif config.partition.startswith('file:'):

@@ -39,6 +39,29 @@ def test_server_holdout_slices_the_pool():
   assert sorted(np.concatenate([val, rest]).tolist()) == list(range(20, 60))
 
 
+def test_server_holdout_tail_is_the_last_share_in_file_order():
+  pool = np.arange(20, 60)
+  val, rest = partitions.server_holdout(pool, 0.1, seed=0, order='tail')
+  assert val.tolist() == list(range(56, 60)) and rest.tolist() == list(range(20, 56))
+  again, _ = partitions.server_holdout(pool, 0.1, seed=7, order='tail')
+  assert np.array_equal(val, again)  # file order: the seed plays no part
+
+
+def test_vote_draws_from_the_tail_split_and_clients_keep_the_rest():
+  config = fedjax_drift.Config(model='logreg', num_clients=8, clients_per_round=2, rounds=1,
+                               partition='dirichlet', val_fraction=0.1, val_source='server',
+                               val_order='tail', algo='fedgkd_vote', vote_val_size=100,
+                               seed=3, progress=False)
+  run = study.prepare(config)
+  n = len(run.dataset.y_train)
+  held = n - round(0.9 * n)
+  assert run.validation.index.tolist() == list(range(n - held, n))
+  assert sorted(np.concatenate(run.train_parts).tolist()) == list(range(n - held))
+  assert run.server_data['y_val'].shape == (100,)
+  with pytest.raises(fedjax_drift.UserError, match='--vote_val_size=9999 exceeds'):
+    study.prepare(dataclasses.replace(config, vote_val_size=9999))
+
+
 @pytest.mark.parametrize('source', ['clients', 'server'])
 def test_split_is_the_same_for_every_method_at_a_seed(source):
   base = fedjax_drift.Config(model='logreg', num_clients=8, clients_per_round=2, rounds=1,

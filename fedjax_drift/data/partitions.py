@@ -221,6 +221,24 @@ def natural(ids, num_clients, rng, column='COLUMN'):
   return [groups[i] for i in chosen]
 
 
+def natural_column(partition, columns, dataset):
+  """The group column --partition=natural:COLUMN names, or for a bare --partition=natural the
+  dataset's one column (FEMNIST's writer, Shakespeare's role); None for any other partition.
+
+  columns: the dataset's group columns (Dataset.groups' keys); dataset: the --dataset value,
+  for the error when a bare natural cannot choose (none, or several columns)."""
+  if partition.startswith('natural:'):
+    return partition[len('natural:'):]
+  if partition != 'natural':
+    return None
+  if len(columns) != 1:
+    raise UserError(f'--partition=natural: --dataset={dataset} has '
+                    + (f'group columns {", ".join(sorted(columns))}; name one, e.g. '
+                       f'--partition=natural:{sorted(columns)[0]}' if columns else
+                       'no group column (its examples carry no client ids)'))
+  return next(iter(columns))
+
+
 def from_file(path, num_examples):
   """A JSON list of per-client lists of training-example indices."""
   if not os.path.exists(path):
@@ -323,13 +341,17 @@ def client_holdout(parts, fraction, seed):
   return train, val
 
 
-def server_holdout(keep, fraction, seed):
-  """--val_source=server: a seeded slice of the pooled training examples `keep`, held out
-  before partitioning. Returns (validation indices, the rest), both sorted."""
+def server_holdout(keep, fraction, seed, order='random'):
+  """--val_source=server: a slice of the pooled training examples `keep`, held out before
+  partitioning: a seeded draw (order='random') or the last share of `keep` in file order
+  (order='tail', --val_order=tail: FedGKD's code validates on the training set's last 10%).
+  Returns (validation indices, the rest), both sorted."""
   keep = np.asarray(keep, np.int64)
+  size = max(holdout_count(len(keep), fraction), 1)
+  if order == 'tail':
+    return np.sort(keep[len(keep) - size:]), np.sort(keep[:len(keep) - size])
   rng = np.random.default_rng([seed, _VAL_STREAM])
   perm = rng.permutation(len(keep))
-  size = max(holdout_count(len(keep), fraction), 1)
   return np.sort(keep[perm[:size]]), np.sort(keep[perm[size:]])
 
 
@@ -353,6 +375,9 @@ registry.register('partition', 'domains', 'each domain\'s examples to its own cl
                   'd_train/d_test); N >= domains')
 registry.register('partition', 'file:', 'file:PATH, a JSON list of per-client index lists',
                   prefix=True)
+registry.register('partition', 'natural', 'one client per id of the dataset\'s own group '
+                  'column (femnist: writer, shakespeare: role); --num_clients picks a seeded '
+                  'subset')
 registry.register('partition', 'natural:', 'natural:COLUMN, one client per id of the '
                   'dataset\'s group column (e.g. writer); --num_clients picks a seeded subset',
                   prefix=True)
