@@ -1,8 +1,9 @@
 """Natural federated datasets (issue 35 item 1): FEMNIST by writer and Shakespeare by speaking
 role, read from tiny files in TensorFlow Federated's h5 layout and LEAF's JSON layout (written
 by tests/layouts.py), imported with `fedjax-drift-data import`, split by their own clients with
---partition=natural:COLUMN (a seeded subset for a smaller --num_clients), and run for two
-rounds; LEAF's character LSTM checked against a numpy BasicLSTMCell."""
+--partition=natural (the dataset's one group column) or natural:COLUMN, a seeded subset for a
+smaller --num_clients, and run for two rounds; LEAF's character LSTM checked against a numpy
+BasicLSTMCell."""
 import json
 import os
 
@@ -122,14 +123,15 @@ def test_bad_folders_are_one_line(tmp_path):
 
 
 def _config(dataset, data_dir, **kw):
-  base = dict(dataset=dataset, data_dir=data_dir, partition=f'natural:{natural.COLUMNS[dataset]}',
+  base = dict(dataset=dataset, data_dir=data_dir, partition='natural',
               rounds=2, local_steps=2, local_epochs=0, batch_size=4, clients_per_round=2,
               progress=False, eval_every=1, lr=0.05)
   return fedjax_drift.Config(**dict(base, **kw))
 
 
 @pytest.mark.parametrize('dataset,writer,kw', [
-    ('femnist', layouts.write_femnist_leaf, dict(model='cnn_emnist', num_clients=3)),
+    ('femnist', layouts.write_femnist_leaf, dict(model='cnn_emnist', num_clients=3,
+                                                 partition='natural:writer')),
     ('shakespeare', layouts.write_shakespeare_h5, dict(model='char_lstm', num_clients=2))])
 def test_two_rounds_on_the_files_own_clients(tmp_path, dataset, writer, kw):
   writer(str(tmp_path / 'data'))
@@ -151,6 +153,18 @@ def test_two_rounds_on_the_files_own_clients(tmp_path, dataset, writer, kw):
     assert json.load(f) is not None
   assert summary is not None
   assert os.path.isfile(tmp_path / 'run' / 'metrics.csv')
+
+
+def test_bare_natural_needs_exactly_one_group_column():
+  assert partitions.natural_column('natural', ['writer'], 'femnist') == 'writer'
+  assert partitions.natural_column('natural:role', ['writer'], 'x') == 'role'
+  assert partitions.natural_column('iid', [], 'x') is None
+  with pytest.raises(fedjax_drift.UserError, match='--dataset=embedded has no group column'):
+    fedjax_drift.prepare(fedjax_drift.Config(partition='natural', num_clients=2,
+                                             clients_per_round=2))
+  with pytest.raises(fedjax_drift.UserError, match='group columns a, b; name one, e.g. '
+                                                    '--partition=natural:a'):
+    partitions.natural_column('natural', ['b', 'a'], 'npz:x.npz')
 
 
 def test_another_seed_draws_other_writers(tmp_path):
