@@ -529,10 +529,12 @@ class Lock:
 
 
 def output_lock_path(path) -> str:
-  """The lock file beside an output written outside the run directory (--save_params):
-  `.NAME.lock` in the same folder, there only while a run holds it."""
+  """The lock file beside an output written outside the run directory (--save_params), there
+  only while a run holds it: `.fedjax-drift-<16 hex of the name's sha256>.lock` in the same
+  folder (fixed length: a 255-character output name is legal, a longer lock name not)."""
   folder, name = os.path.split(os.path.abspath(path))
-  return os.path.join(folder, f'.{name}.lock')
+  tag = hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:16]
+  return os.path.join(folder, f'.fedjax-drift-{tag}.lock')
 
 
 @contextlib.contextmanager
