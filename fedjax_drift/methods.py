@@ -21,7 +21,7 @@ import dataclasses
 import os
 import time
 
-from fedjax_drift import applies, inputs, registry, report, results, rundir
+from fedjax_drift import applies, distributed, inputs, registry, report, results, rundir
 from fedjax_drift.config import Config, grid_points, parse_grid
 from fedjax_drift.errors import DivergenceError, UserError
 
@@ -80,6 +80,10 @@ def run_all(config: Config, log, run_one) -> dict:
   (module docstring). Returns that summary."""
   methods, rest = split_grid(config.grid)
   parse_grid(rest)  # the other axes' one-line errors, before any work
+  config = distributed.setup(config, log)  # as simulation.run: several processes, one writer
+  writer = distributed.is_writer()
+  if not writer:  # process 0 speaks and writes
+    log = lambda *a, **k: None
   config = inputs.absolutize(config)
   run_dir = os.path.abspath(config.run_dir(time.strftime('%Y%m%d-%H%M%S')))
   files = [path for _, path in inputs.input_files(config)]
@@ -91,13 +95,9 @@ def run_all(config: Config, log, run_one) -> dict:
       log(f'--grid: --algo={m} does not read {", ".join(skipped)}; its runs leave that '
           'axis out')
     c.validate()
-  os.makedirs(run_dir, exist_ok=True)
-  record = rundir.open_record(run_dir, config.resume, rundir.overwrite_mode(config.overwrite),
-                              files, log)
-  for name in ('config.json', 'runs.csv', 'table.csv', 'summary.json', *methods):
-    record.add(name)
-  report.write_json(os.path.join(run_dir, 'config.json'), {
-      **dataclasses.asdict(config), '_resolved': {'methods': methods}})
+  distributed.barrier('methods outputs checked')  # before process 0 creates anything there
+  record = _open(config, run_dir, methods, files, log) if writer else None
+  distributed.barrier('methods run directory written')  # its config.json admits the methods
   summaries = {}
   for m, c in zip(methods, configs):
     started = os.path.isfile(os.path.join(c.out, 'config.json'))
@@ -108,6 +108,8 @@ def run_all(config: Config, log, run_one) -> dict:
       log(f'--algo={m}: {e}')
       summaries[m] = rundir.read_json(os.path.join(c.out, 'summary.json'))
   summary = _summary(config, methods, configs, summaries, run_dir)
+  if not writer:
+    return summary
   rows = [{AXIS: m, **{k: v for k, v in r.items() if not isinstance(v, (dict, list))}}
           for m in methods for r in summaries[m]['runs']]
   # methods differ in their grid axes: the header is every row's columns, blank where absent
@@ -119,6 +121,19 @@ def run_all(config: Config, log, run_one) -> dict:
   record.set(finished=True)
   _log_table(summary['table'], run_dir, log)
   return summary
+
+
+def _open(config, run_dir, methods, files, log):
+  """Creates the methods run directory with its record and config.json (which lists the
+  methods, so that rundir admits their directories inside it); returns the record."""
+  os.makedirs(run_dir, exist_ok=True)
+  record = rundir.open_record(run_dir, config.resume, rundir.overwrite_mode(config.overwrite),
+                              files, log)
+  for name in ('config.json', 'runs.csv', 'table.csv', 'summary.json', *methods):
+    record.add(name)
+  report.write_json(os.path.join(run_dir, 'config.json'), {
+      **dataclasses.asdict(config), '_resolved': {'methods': methods}})
+  return record
 
 
 def _summary(config, methods, configs, summaries, run_dir) -> dict:

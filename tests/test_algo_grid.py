@@ -1,6 +1,10 @@
 """--grid='algo:...': several methods in one command and one run directory (methods.py)."""
 import csv
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -9,6 +13,7 @@ import fedjax_drift
 from fedjax_drift import methods, results
 from fedjax_drift.errors import UserError
 from helpers import tiny_config
+from test_distributed import ROOT, _free_port
 
 QUIET = dict(log=lambda *_: None)
 
@@ -107,3 +112,52 @@ def test_refusals(tiny_npz, unequal_partition, tmp_path):
   with pytest.raises(UserError, match="--grid: 'bogus' cannot be swept"):
     fedjax_drift.run(_config(tiny_npz, unequal_partition, tmp_path / 'b',
                              grid='algo:fedavg;bogus:1'), **QUIET)
+
+
+SCRIPT = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
+    import fedjax_drift
+    from helpers import tiny_config
+    pid, port, out = sys.argv[1:]
+    fedjax_drift.run(tiny_config({npz!r}, {parts!r}, grid='algo:fedavg,scaffold;lr:0.1,0.05',
+                                 model='mlp', clients_per_round=4, batch_size=4,
+                                 local_steps=0, local_epochs=1, rounds=2, out=out,
+                                 coordinator_address='localhost:' + port, num_processes=2,
+                                 process_id=int(pid)))
+    print('OK', pid)
+''')
+
+
+@pytest.mark.slow  # two processes on localhost, as tests/test_distributed.py
+def test_two_processes_equal_one(tiny_npz, unequal_partition, tmp_path):
+  """A methods run over two processes: process 0 alone writes and speaks, and every
+  method's results equal those of one process."""
+  code = SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, 'tests'), npz=tiny_npz,
+                       parts=unequal_partition)
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  port, out = str(_free_port()), str(tmp_path / 'two')
+  procs = [subprocess.Popen([sys.executable, '-c', code, str(i), port, out],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+           for i in range(2)]
+  try:
+    outputs = [p.communicate(timeout=900) for p in procs]
+  finally:
+    for p in procs:  # only ours, by handle
+      if p.poll() is None:
+        p.kill()
+        p.communicate()
+  for i, (p, (stdout, stderr)) in enumerate(zip(procs, outputs)):
+    assert p.returncode == 0 and f'OK {i}' in stdout, f'process {i}:\n{stderr[-3000:]}'
+  assert 'methods table' in outputs[0][0] and 'methods table' not in outputs[1][0]
+  fedjax_drift.run(tiny_config(tiny_npz, unequal_partition,
+                               grid='algo:fedavg,scaffold;lr:0.1,0.05', model='mlp',
+                               clients_per_round=4, batch_size=4, local_steps=0,
+                               local_epochs=1, rounds=2, out=str(tmp_path / 'one')), **QUIET)
+  for algo in ('fedavg', 'scaffold'):
+    two = _rows(tmp_path / 'two' / algo / 'metrics.csv')
+    one = _rows(tmp_path / 'one' / algo / 'metrics.csv')
+    np.testing.assert_allclose([float(r['test_loss']) for r in two],
+                               [float(r['test_loss']) for r in one], rtol=1e-4, atol=1e-5)
+  assert len(_rows(tmp_path / 'two' / 'table.csv')) == 2
