@@ -114,7 +114,7 @@ class CNNMcMahanCifar(nn.Module):
   IGFL (§5, "the same network structure as in McMahan et al.") uses it for CIFAR-10. The
   tutorial's input pipeline is kept in its evaluation form for every batch: a central 24x24
   crop and per-image standardisation. Its training-time augmentation (random crop, flip,
-  brightness, contrast) is not applied; initialisation is flax's default.
+  brightness, contrast) is not applied; initialisation is --init's (models/layers.py).
   """
   num_classes: int
 
