@@ -8,6 +8,12 @@ accuracy, the first round reaching --target_accuracy (70%), the process wall tim
 compile and training times from summary.json, and the peak RSS of the run's process. The
 README's first-run paragraph quotes the newest such file, and tests/test_readme.py holds it
 to that file.
+
+What is not training, in the same record: `first_line_s` (start-up: the command to the first
+line, mostly imports), `setup_s` (the first line to the run's start-up ending: data, the
+initial models and the run directory, less compilation), `outputs_s` (after training: the
+summaries, plots and parameters, to the process's end), so that wall_s = first_line_s +
+setup_s + compile_s + train_s + outputs_s.
 """
 import argparse
 import datetime
@@ -32,19 +38,33 @@ def one_run(out):
   """Runs the default command into `out`; returns its measurements."""
   load = round(os.getloadavg()[0], 2)
   start = time.perf_counter()
-  done = subprocess.run([sys.executable, '-c', CHILD.format(run=os.path.join(
-      ROOT, 'experiments', 'run.py')), f'--out={out}', '--compile_cache=off'],  # a first run
-                        check=True, stdout=subprocess.DEVNULL,
-                        stderr=subprocess.PIPE, text=True)
-  wall = time.perf_counter() - start
-  peak = int(done.stderr.rsplit('PEAK_RSS_KB=', 1)[1].split()[0])
+  stamps = []  # (seconds since start, line) of the run's console lines (stdout)
+  with tempfile.TemporaryFile('w+') as err:  # the progress bar: a file, never a full pipe
+    child = subprocess.Popen([sys.executable, '-c', CHILD.format(run=os.path.join(
+        ROOT, 'experiments', 'run.py')), f'--out={out}', '--compile_cache=off'],  # a first run
+                             stdout=subprocess.PIPE, stderr=err, text=True,
+                             env=dict(os.environ, PYTHONUNBUFFERED='1'))  # lines as printed
+    for line in child.stdout:
+      stamps.append((time.perf_counter() - start, line))
+    if child.wait():
+      raise subprocess.CalledProcessError(child.returncode, child.args)
+    wall = time.perf_counter() - start
+    err.seek(0)
+    peak = int(err.read().rsplit('PEAK_RSS_KB=', 1)[1].split()[0])
   with open(os.path.join(out, 'summary.json')) as f:
     summary = json.load(f)
+  first_line = stamps[0][0]
+  # The second line opens the run's header, printed once compiled, before the first round.
+  header = stamps[1][0]
+  setup = header - first_line - summary['compile_s']
+  outputs = wall - header - summary['train_time_s']
   return {'final_accuracy': summary['final_accuracy'], 'best_accuracy': summary['best_accuracy'],
           'rounds_to_target': summary['rounds_to_target'],
           'target_accuracy': summary.get('target_accuracy', 0.7),
           'wall_s': round(wall, 1), 'compile_s': round(summary['compile_s'], 1),
           'train_s': round(summary['train_time_s'], 1),
+          'first_line_s': round(first_line, 1), 'setup_s': round(setup, 1),
+          'outputs_s': round(outputs, 1),
           'peak_rss_gb': round(peak / 2**20, 2), 'load_avg_1min_at_start': load}
 
 
