@@ -504,7 +504,7 @@ def femnist_clients(writers=4, seed=0):
   out = {'train': {}, 'test': {}}
   for w in range(writers):
     uid = f'f{w:04d}_{(7 * w) % 100:02d}'
-    for split, n in (('train', 62 if w == 0 else 3 + w), ('test', 1 + w % 2)):
+    for split, n in (('train', 62 if w == 0 else 3 + w % 5), ('test', 1 + w % 2)):
       ink = rng.integers(0, 256, (n, 28, 28)) * (rng.random((n, 28, 28)) < 0.2)
       labels = rng.permutation(62) if n == 62 else rng.integers(0, 62, n)
       out[split][uid] = ((1.0 - ink / 255).astype(np.float32), labels)
@@ -565,8 +565,8 @@ def shakespeare_snippets(roles=3):
   """{split: {role: [snippets]}}: TFF-style role ids, unequal amounts of text per role."""
   out = {'train': {}, 'test': {}}
   for r in range(roles):
-    role = f'THE_TRAGEDY_OF_HAMLET_{"ABCDEFGH"[r]}ROLE'
-    lines = [SHAKESPEARE_LINES[(r + k) % len(SHAKESPEARE_LINES)] for k in range(3 + r)]
+    role = f'THE_TRAGEDY_OF_HAMLET_PLAYER_{r}'
+    lines = [SHAKESPEARE_LINES[(r + k) % len(SHAKESPEARE_LINES)] for k in range(3 + r % 3)]
     out['train'][role] = lines
     out['test'][role] = [SHAKESPEARE_LINES[(r + 2) % len(SHAKESPEARE_LINES)] * 2]
   return out

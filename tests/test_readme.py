@@ -22,6 +22,7 @@ import sys
 import pytest
 
 import fixtures
+import layouts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, 'README.md')
@@ -105,6 +106,9 @@ def world(tmp_path_factory):
   root = tmp_path_factory.mktemp('readme')
   downloads = root / 'downloads'
   fixtures.write_downloads(str(downloads))
+  # The natural federated datasets' commands (docs/data.md) need 50 clients of their own.
+  layouts.write_femnist_h5(str(downloads / 'femnist'), writers=60)
+  layouts.write_shakespeare_leaf(str(downloads / 'shakespeare'), roles=60)
   env = dict(os.environ, FEDJAX_DRIFT_CACHE=str(root / 'cache'), PYTHONPATH=ROOT)
   from fedjax_drift.data import prepare  # pylint: disable=g-import-not-at-top
   old = os.environ.get('FEDJAX_DRIFT_CACHE')
