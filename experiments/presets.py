@@ -41,6 +41,9 @@ accuracy plot per scenario. An --out that already holds results is refused witho
 Each method sweep runs in its own run directory, OUT/runs/<scenario>-<method>: the same
 command run again into the same --out (after Ctrl-C, a kill, a crash) keeps the finished
 sweeps and resumes the others from their checkpoints, to the tables of an uninterrupted run.
+Sweeps with the same resolved settings and data (the cpu tier maps several datasets to one)
+run once per command: the others' run directories link to its (presetlib/sharing.py, the
+tables the same cell for cell; --no_share runs each on its own).
 Any other --flag=value is a run flag (fedjax-drift --help) set over every run of the preset.
 --executor=slurm submits the sweeps as SLURM jobs through submitit (presetlib/cluster.py).
 """
@@ -90,6 +93,7 @@ from presetlib.plans import (  # noqa: E402,F401
 from presetlib.provenance import jax_backend, write_provenance  # noqa: E402,F401
 from presetlib.running import (  # noqa: E402,F401
     COMMITTED, OVERWRITE, check_out, default_out, run_preset, selection_overrides, start_preset)
+from presetlib.sharing import Sharing, sweep_key  # noqa: E402,F401
 from presetlib.tiers import (  # noqa: E402,F401
     CPU_CLIENTS, CPU_DATA, CPU_DROP, CPU_GENERATOR, CPU_LEFT_OUT, CPU_PROJECTION_HIDDEN,
     CPU_ROUNDS, CPU_SEEDS, CPU_WHY, NO_SPLIT, SELECTION, TRAIN_SIZE, cpu_clients, cpu_left_out,
@@ -155,6 +159,11 @@ def build_parser():
                       help='--executor=slurm: GPUs per job')
   parser.add_argument('--slurm_array', type=int, default=0,
                       help='--executor=slurm: jobs of the array running at once (0 = all)')
+  parser.add_argument('--no_share', action='store_true',
+                      help='run every method sweep in its own run directory, even one whose '
+                      'settings and data another sweep of the command already has (by '
+                      'default that one runs once and the others link to its runs: same '
+                      'tables)')
   parser.add_argument('--show', action='store_true', help='print the settings table only')
   parser.add_argument('--list', action='store_true',
                       help='list the experiments, their presets and the modes each runs in')
@@ -181,8 +190,9 @@ def parse_args(argv):
 
 
 def _start(args, names, only, runner, flags):
-  """Prints the settings tables (--show), or starts every preset of `names`: [(out, finish)]."""
-  finishing = []
+  """Prints the settings tables (--show), or starts every preset of `names`: [(out, finish)];
+  sweeps with the same settings run once across them (Sharing, unless --no_share)."""
+  finishing, sharing = [], Sharing(runner, not args.no_share)
   for name in names:
     if only and not set(only) <= set(PRESETS[name]['methods']):
       raise fedjax_drift.UserError(f'--only: {name} has no method '
@@ -198,7 +208,10 @@ def _start(args, names, only, runner, flags):
     finishing.append((out, start_preset(
         name, args.mode, args.data_dir, args.dataset, args.rounds or None,
         args.seeds or None, out, only, args.overwrite, print, args.select_on,
-        args.val_fraction, runner, args.resume, flags)))
+        args.val_fraction, runner, args.resume, flags, sharing)))
+  if sharing.shared:
+    print(f'{sharing.ran + sharing.shared} method sweep(s): {sharing.ran} run, '
+          f'{sharing.shared} read the runs of a sweep with the same settings')
   return finishing
 
 

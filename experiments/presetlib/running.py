@@ -1,8 +1,9 @@
 """Running a preset: its live runs as Runner jobs, then results.json, table.md and the curves.
 
 start_preset checks and submits; the finish() it returns waits for the jobs and writes the
-tables, so that `all` keeps every worker busy across presets. The table's statistics are
-fedjax_drift/tables.py's.
+tables, so that `all` keeps every worker busy across presets. A sweep whose resolved settings
+another sweep of the same command already has reads that one's runs (presetlib/sharing.py).
+The table's statistics are fedjax_drift/tables.py's.
 """
 import dataclasses
 import os
@@ -14,6 +15,7 @@ from presetlib.documents import cuts, results_table, settings_table
 from presetlib.jobs import Runner, accuracy_column, check_data, summarise
 from presetlib.loading import PRESETS, ROOT
 from presetlib.plans import pending_line, plan, to_config
+from presetlib.sharing import Sharing
 from presetlib.tiers import NO_SPLIT, SELECTION
 
 COMMITTED = os.path.join(ROOT, 'experiments', 'results')
@@ -78,11 +80,12 @@ def _split_values(preset, replace):
 
 def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out_root=None,
                only=None, overwrite=False, log=print, select_on='validation',
-               val_fraction=None, runner=None, resume=False, flags=None):
+               val_fraction=None, runner=None, resume=False, flags=None, share=True):
   """Runs a preset's live runs; dataset/data_dir/rounds/seeds override it, `only` keeps some
   methods; select_on/val_fraction choose the selection protocol (selection_overrides);
   runner (a Runner, default one method at a time) runs the methods; flags: {Config field:
-  value} set over every run (run_flags). Run directories already in out_root are kept
+  value} set over every run (run_flags); share: sweeps with the same settings run once
+  (presetlib/sharing.py; False runs each on its own). Run directories already in out_root are kept
   (finished) or resumed (interrupted) unless `overwrite`; `resume` allows an out_root that
   holds results. A preset with no live run is refused in one line naming what it needs.
   Returns the results (results.json)."""
@@ -90,16 +93,18 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
   runner = runner or Runner(1)
   try:
     return start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only,
-                        overwrite, log, select_on, val_fraction, runner, resume, flags)()
+                        overwrite, log, select_on, val_fraction, runner, resume, flags,
+                        Sharing(runner, share))()
   finally:
     if own:
       runner.close()
 
 def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, overwrite, log,
-                 select_on, val_fraction, runner, resume=False, flags=None):
-  """run_preset's checks, then its methods submitted to `runner`; returns finish(), which
-  waits for them and writes results.json, table.md and the curves (so `all` keeps every
-  worker busy across presets)."""
+                 select_on, val_fraction, runner, resume=False, flags=None, sharing=None):
+  """run_preset's checks, then its methods submitted to `runner` through `sharing` (a
+  sharing.Sharing: one per command shares runs across its presets; default, one for this
+  preset); returns finish(), which waits for them and writes results.json, table.md and the
+  curves (so `all` keeps every worker busy across presets)."""
   preset = PRESETS[name]
   out_dir = out_root or default_out(name, mode)
   flags = run_flags(flags)
@@ -139,21 +144,28 @@ def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, o
       config, progress=False, overwrite=OVERWRITE if overwrite else '', out=os.path.join(
           out_dir, 'runs', f'{scenario}-{label}'.replace(' ', '_').replace('/', '_'))))
           for scenario, label, config in live]
-  log(f'{name} ({mode}): {len(live)} method sweep(s) into {out_dir}; a rerun into it keeps '
-      'the finished ones and resumes the others')
-  futures = [runner.submit(c, preset['methods'][label]['sweep']) for _, label, c in live]
+  sharing = sharing or Sharing(runner)
+  submitted = [sharing.submit(c, preset['methods'][label]['sweep']) for _, label, c in live]
+  shared = {i: first for i, (_, first) in enumerate(submitted) if first}
+  results['shared_sweeps'] = len(shared)
+  log(f'{name} ({mode}): {len(live)} method sweep(s) into {out_dir}' +
+      (f' ({len(shared)} read the runs of an earlier sweep with the same settings)'
+       if shared else '') + '; a rerun into it keeps the finished ones and resumes the others')
   return lambda: _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir,
-                                results, live, [f.result() for f in futures])
+                                results, live, [f.result() for f, _ in submitted], shared)
 
 
 def _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir, results, live,
-                   done):
-  """run_preset's tables from its methods' outcomes `done` (Runner jobs, in `live`'s order)."""
-  for (scenario, label, config), (status, runs) in zip(live, done):
+                   done, shared=None):
+  """run_preset's tables from its methods' outcomes `done` (Runner jobs, in `live`'s order);
+  shared: {index in live: the run directory it read, another sweep's}."""
+  shared = shared or {}
+  for i, ((scenario, label, config), (status, runs)) in enumerate(zip(live, done)):
     at = tuple(t for t in preset['report_rounds'] if t <= config.rounds)  # columns it reached
     if status == 'error':
       raise fedjax_drift.UserError(runs)
     if status == 'diverged':  # a method diverging everywhere is a result
+      runs = runs.replace(shared[i], config.out) if i in shared else runs  # its own name
       runs = runs.replace(out_dir + os.sep, '')  # paths relative to the results directory
       results.setdefault('diverged', []).append(f'{label} @ {scenario}: {runs}')
       log(f'[{name}/{scenario}] {label}: every run diverged ({runs})')
@@ -164,6 +176,7 @@ def _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir, r
     results['scenarios'].setdefault(scenario, []).append(
         {'method': label, 'config': dataclasses.asdict(config), 'chosen': best['grid_point'],
          'select_on': on, 'chosen_on_test': on_test['grid_point'],
+         **({'shared_runs': os.path.relpath(shared[i], out_dir)} if i in shared else {}),
          **{k: best[k] for k in best if k != 'grid_point'}})
     log(f'[{name}/{scenario}] {label}: test {preset["metric"]} '
         f'{stats.fmt_interval(best[preset["metric"]])} at {best["grid_point"]} (selected on '
