@@ -112,6 +112,9 @@ def test_bad_folders_are_one_line(tmp_path):
   (tmp_path / 'test' / 'a.json').write_text('{}')
   with pytest.raises(fedjax_drift.UserError, match="a.json is not in LEAF's layout"):
     sources.load('femnist', str(tmp_path))
+  layouts.write_shakespeare_leaf(str(tmp_path / 'lines'))
+  with pytest.raises(fedjax_drift.UserError, match=r"x are not FEMNIST images \(784 floats"):
+    sources.load('femnist', str(tmp_path / 'lines'))
   import h5py  # pylint: disable=g-import-not-at-top
   h5 = tmp_path / 'h5'
   h5.mkdir()

@@ -86,8 +86,9 @@ def _need_h5py(path):
     raise UserError(f'reading {path} needs h5py: pip install "fedjax-drift[federated]"')
 
 
-def read_h5(path, fields):
-  """A TFF h5 file -> {client_id: {field: array}} of examples/<client_id>/<field>."""
+def read_h5(path, fields, convert):
+  """A TFF h5 file -> {client_id: convert(client_id, {field: array})} of
+  examples/<client_id>/<field>, one client in memory at a time before its conversion."""
   _need_h5py(path)
   try:
     with h5py.File(path, 'r') as f:
@@ -100,14 +101,16 @@ def read_h5(path, fields):
         if missing:
           raise UserError(f'{path}: client {cid} lacks {", ".join(missing)} (expected '
                           f'{", ".join(fields)})')
-        out[cid] = {k: group[k][()] for k in fields}
+        out[cid] = convert(cid, {k: group[k][()] for k in fields})
       return out
   except OSError as e:
     raise UserError(f'cannot read {path} as h5: {e}') from None
 
 
-def read_leaf_split(folder):
-  """LEAF's split folder (train/ or test/) of *.json -> {user: {'x': [...], 'y': [...]}}."""
+def read_leaf_split(folder, convert):
+  """LEAF's split folder (train/ or test/) of *.json -> {user: convert(user, x, y)}, each
+  file's Python lists converted and dropped before the next file is read (LEAF's FEMNIST
+  holds tens of gigabytes as Python floats)."""
   names = sorted(n for n in os.listdir(folder) if n.endswith('.json')) if os.path.isdir(
       folder) else []
   if not names:
@@ -118,14 +121,16 @@ def read_leaf_split(folder):
     try:
       with open(path, encoding='utf-8') as f:
         raw = json.load(f)
-      data = raw['user_data']
-      for uid in raw['users']:
-        users[uid] = {'x': data[uid]['x'], 'y': data[uid]['y']}
     except (OSError, ValueError) as e:
       raise UserError(f'cannot read {path} as LEAF JSON: {e}') from None
+    try:
+      data = raw['user_data']
+      for uid in raw['users']:
+        users[uid] = convert(uid, data[uid]['x'], data[uid]['y'])
     except (KeyError, TypeError) as e:
       raise UserError(f'{path} is not in LEAF\'s layout ({{"users", "num_samples", '
                       f'"user_data": {{uid: {{"x", "y"}}}}}}): missing {e}') from None
+    del raw
   return users
 
 
@@ -135,43 +140,41 @@ def _pixels_uint8(p):
 
 def femnist_h5(path):
   """One TFF FEMNIST file -> {writer: (uint8 [n, 28, 28, 1], labels [n])}."""
-  return {cid: (_pixels_uint8(d['pixels']).reshape(-1, 28, 28, 1),
-                np.asarray(d['label'], np.int64))
-          for cid, d in read_h5(path, ('pixels', 'label')).items()}
+  return read_h5(path, ('pixels', 'label'), lambda cid, d: (
+      _pixels_uint8(d['pixels']).reshape(-1, 28, 28, 1), np.asarray(d['label'], np.int64)))
 
 
 def femnist_leaf(folder):
   """One LEAF FEMNIST split folder -> {writer: (uint8 [n, 28, 28, 1], labels [n])}."""
-  out = {}
-  for uid, d in read_leaf_split(folder).items():
-    x = np.asarray(d['x'], np.float64)
+  def convert(uid, x, y):
+    try:
+      x = np.asarray(x, np.float64)
+    except (ValueError, TypeError):  # strings (LEAF's Shakespeare), ragged lists
+      x = np.zeros(0)
     if x.ndim != 2 or x.shape[1] != 784:
-      raise UserError(f'{folder}: user {uid} has x of shape {x.shape}; FEMNIST images are '
-                      '784 floats each')
-    out[uid] = (_pixels_uint8(x).reshape(-1, 28, 28, 1), np.asarray(d['y'], np.int64))
-  return out
+      raise UserError(f'{folder}: user {uid}\'s x are not FEMNIST images (784 floats each)')
+    return _pixels_uint8(x).reshape(-1, 28, 28, 1), np.asarray(y, np.int64)
+  return read_leaf_split(folder, convert)
 
 
 def shakespeare_h5(path):
   """One TFF Shakespeare file -> {role: (ids [n, 80], next ids [n])} (LEAF's windows)."""
-  out = {}
-  for cid, d in read_h5(path, ('snippets',)).items():
+  def convert(cid, d):
+    del cid
     snippets = [s.decode('utf-8') if isinstance(s, bytes) else str(s) for s in d['snippets']]
-    out[cid] = windows(char_ids(leaf_text(snippets)))
-  return out
+    return windows(char_ids(leaf_text(snippets)))
+  return read_h5(path, ('snippets',), convert)
 
 
 def shakespeare_leaf(folder):
   """One LEAF Shakespeare split folder -> {role: (ids [n, 80], next ids [n])}."""
-  out = {}
-  for uid, d in read_leaf_split(folder).items():
-    if any(len(s) != SEQ_LEN for s in d['x']) or any(len(c) != 1 for c in d['y']):
+  def convert(uid, xs, ys):
+    if any(len(s) != SEQ_LEN for s in xs) or any(len(c) != 1 for c in ys):
       raise UserError(f'{folder}: user {uid} is not LEAF Shakespeare (x: {SEQ_LEN}-character '
                       'strings, y: one character each)')
-    x = (np.stack([char_ids(s) for s in d['x']]) if d['x'] else
-         np.zeros((0, SEQ_LEN), np.int32))
-    out[uid] = (x, char_ids(''.join(d['y'])))
-  return out
+    x = np.stack([char_ids(s) for s in xs]) if xs else np.zeros((0, SEQ_LEN), np.int32)
+    return x, char_ids(''.join(ys))
+  return read_leaf_split(folder, convert)
 
 
 # ---------------------------------------------------------------------------------------------
