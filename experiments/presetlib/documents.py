@@ -4,7 +4,8 @@ import os
 import shlex
 
 from fedjax_drift import stats, tables
-from presetlib.estimates import CPU_GFLOPS, estimate
+from presetlib.estimates import (ACCELERATORS, CPU_GFLOPS, EFFICIENCY, accelerator_estimate,
+                                 estimate)
 from presetlib.loading import EXPERIMENTS, PRESETS, ROOT
 from presetlib.plans import configs, pending, plan
 from presetlib.tiers import (CPU_CLIENTS, CPU_DROP, CPU_SEEDS, CPU_WHY, NO_SPLIT, SELECTION,
@@ -92,7 +93,27 @@ def work_line(name, mode, rounds=None, seeds=None):
          if mode == 'cpu' else '')
   return (f'Estimated work of `--mode={mode}` (its live runs): {n:.2g} sample-gradients, about '
           f'{size} of this 2-core CPU at {CPU_GFLOPS} GFLOP/s (an estimate from '
-          f'FLOPs, not measured).{note}{cpu}')
+          f'FLOPs, not measured).{note}{cpu}' + (gpu_line(name, mode, rounds, seeds)
+                                                 if mode != 'cpu' else ''))
+
+
+def gpu_line(name, mode, rounds=None, seeds=None):
+  """' On one GPU ...': the mode's live runs on one A100 and one H100 (estimates.py)."""
+  hours, unknown = accelerator_estimate(name, mode, rounds=rounds, seeds=seeds)
+  missing = ', '.join(f'{m} on {d}' for m, d in unknown)
+  if not any(h for table in hours.values() for h in table.values()):
+    return f' On one GPU: not estimated (no cost measured for {missing}).' if unknown else ''
+
+  def span(h):
+    return f'{h * 60:.1f} min' if h < 1 else f'{h:,.1f} h'
+
+  parts = [f'{a} {span(hours[a]["float32"])} in float32 ({r["float32"] / 1e12:g} TFLOP/s) '
+           f'or {span(hours[a]["tf32"])} with TF32 ({r["tf32"] / 1e12:g} TFLOP/s, '
+           '`--matmul_precision=default`)' for a, r in ACCELERATORS.items()]
+  missing = f' Not counted (no cost measured): {missing}.' if unknown else ''
+  return (f' On one GPU at an assumed {EFFICIENCY:.0%} of its peak FLOP/s and HBM bandwidth: '
+          f'{"; ".join(parts)}; from XLA\'s FLOPs and bytes for each model\'s training step '
+          f'(experiments/presetlib/estimates.py: the roofline of the two, not measured).{missing}')
 
 
 def settings_table(name, mode='full', rounds=None, seeds=None):
