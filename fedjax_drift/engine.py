@@ -23,6 +23,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
 from optax.tree_utils import tree_norm, tree_vdot
 
 from fedjax_drift.data import pipeline as input_pipeline
@@ -249,7 +250,6 @@ def _sum_leading(result):
 
 def client_mesh(devices: int):
   """A 1-D mesh over the first `devices` devices; the cohort axis is split along it."""
-  from jax.sharding import Mesh  # pylint: disable=g-import-not-at-top
   return Mesh(np.array(jax.devices()[:devices]), ('clients',))
 
 
@@ -303,6 +303,9 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
   fresh, stateless clients every round; the default leaves the partition as it is.
   """
   scenario = scenario or scenarios.static()
+  # Whether the cohort's clients may own different step counts (static): epochs of unequal
+  # data, or stragglers; with equal steps the order stays as sampled and the program as is.
+  steps_differ = not schedule.local_steps or unreliable is not None
 
   def round_fn(state: ServerState, data: FederatedData):
     num_clients = data.client_count.shape[0]
@@ -362,16 +365,18 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
         sums = jax.lax.psum(sums, 'clients')
       return sums, outputs
 
-    args = (ids, rows, counts, hists, num_steps, spe, factors, old_states)
     if devices > 1:
-      from jax.sharding import PartitionSpec as P  # pylint: disable=g-import-not-at-top
-      sums, outputs = jax.shard_map(run_clients, mesh=client_mesh(devices),
-                                    in_specs=(P(), P(), P(), P(), P(), P('clients')),
-                                    out_specs=(P(), P('clients')), check_vma=False)(
-                                        state.params, payload, data, client_key, concept, args)
-    else:
-      sums, outputs = run_clients(state.params, payload, data, client_key, concept, args)
-    new_states, losses, norms, client_finite, deltas, uploads, probes = outputs
+      run_clients = jax.shard_map(run_clients, mesh=client_mesh(devices),
+                                  in_specs=(P(), P(), P(), P(), P(), P('clients')),
+                                  out_specs=(P(), P('clients')), check_vma=False)
+    # Largest H_i first (a stable order: equal steps keep the sampling order), so that a
+    # vmapped chunk, or one position across vmapped runs, holds clients of like work
+    # (benchmarks/step_ratio.py); outputs come back in sampling order.
+    order = largest_first(num_steps) if steps_differ else None
+    args = _permuted((ids, rows, counts, hists, num_steps, spe, factors, old_states), order)
+    sums, outputs = run_clients(state.params, payload, data, client_key, concept, args)
+    new_states, losses, norms, client_finite, deltas, uploads, probes = _permuted(
+        outputs, None if order is None else jnp.argsort(order))
     if reports is not None:  # a client that never reported keeps its state
       new_states = unreliable_clients.keep_unreported(reports, new_states, old_states)
 
@@ -393,6 +398,19 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                               concept), metrics
 
   return round_fn
+
+
+def largest_first(num_steps):
+  """The permutation that orders a cohort by local steps, largest first; clients with equal
+  steps keep their order (stable), so equal steps give the identity."""
+  return jnp.argsort(-num_steps, stable=True)
+
+
+def _permuted(tree, order):
+  """tree's arrays taken in `order` along their leading (cohort) axis; None: as they are."""
+  if order is None:
+    return tree
+  return jax.tree.map(lambda a: a[order], tree)
 
 
 def _diagnostics(owner, *args):
