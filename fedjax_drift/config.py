@@ -17,16 +17,14 @@ off skips it only when the field is not gridded; gridded, the part runs with wei
 __post_init__, which runs again at each rebuild, must not read gridable fields either.
 """
 import dataclasses
-import importlib.util
 import itertools
-import math
 import os
 from typing import Optional
 
-from fedjax_drift import registry
+from fedjax_drift import config_checks, registry
 from fedjax_drift.bounds import (ABOVE_0, AT_LEAST_0, AT_LEAST_1, NONNEG, POSITIVE, UNIT,
                                  UNIT_EXCL_0, UNIT_EXCL_1, Bounds)
-from fedjax_drift.errors import UserError, did_you_mean
+from fedjax_drift.errors import UserError
 
 
 
@@ -531,124 +529,9 @@ class Config:
     """Raises UserError naming the first bad flag; returns self.
 
     First every field's own rule (its metadata's bounds and choices, in field order), then the
-    rules that tie several fields together, step by step."""
-    self._validate_fields()
-    self._validate_counts()
-    self._validate_files()
-    self._validate_lr_schedule()
-    self._validate_pipeline()
-    self._validate_partition()
-    self._validate_selection()
-    self._validate_personalization()
-    self._validate_outputs()
+    rules that tie several fields together, step by step (config_checks.py)."""
+    config_checks.validate(self)
     return self
-
-  def _validate_fields(self):
-    """Each field against its own metadata: its Bounds, then its choices."""
-    for f in dataclasses.fields(self):
-      value, bounds, choices = (getattr(self, f.name), f.metadata.get('bounds'),
-                                f.metadata.get('choices'))
-      if bounds is not None and not bounds.accepts(value):
-        raise UserError(bounds.error(f.name, value, self))
-      if choices and value not in choices:
-        raise UserError(f'--{f.name}={value} is not one of '
-                        f'{", ".join(choices)}{did_you_mean(value, choices)}')
-
-  def _validate_counts(self):
-    """Counts that depend on each other: rounds and shifts, cohort, devices, local work."""
-    if self.concept_shift_count < 0 or (self.scenario == 'concept_shift' and
-                                        self.concept_shift_count > max(self.rounds - 1, 0)):
-      raise UserError(f'--concept_shift_count={self.concept_shift_count} must be in 0..'
-                      f'{max(self.rounds - 1, 0)} (shifts fall on distinct rounds 2..--rounds)')
-    if self.clients_per_round % self.devices:
-      raise UserError(f'--clients_per_round={self.clients_per_round} must be a multiple of '
-                      f'--devices={self.devices}')
-    if self.client_state == 'host' and self.devices > 1:
-      raise UserError(f'--client_state=host runs on one device; --devices={self.devices} '
-                      'splits the cohort over several (use --client_state=device)')
-    if self.gn_groups and self.gn_group_size:
-      raise UserError(f'--gn_groups={self.gn_groups} and --gn_group_size={self.gn_group_size} '
-                      'conflict: give only one of them')
-    if self.local_steps > 0 and self.local_epochs > 0:
-      raise UserError(f'--local_steps={self.local_steps} and --local_epochs={self.local_epochs} '
-                      'conflict: give only one of them')
-    if self.clients_per_round > self.num_clients and not self.partition.startswith('file:'):
-      raise UserError(f'--clients_per_round={self.clients_per_round} exceeds '
-                      f'--num_clients={self.num_clients}')
-
-  def _validate_files(self):
-    """--init_params and --resume: the files a run starts from."""
-    if self.init_params and not self.init_params.endswith('.npz'):
-      raise UserError(f'--init_params={self.init_params} must be an .npz (from --save_params)')
-    if self.resume and not self.out:
-      raise UserError('--resume needs --out=RUN_DIR, the run to continue')
-    if self.cohorts and not self.cohorts.startswith('file:'):
-      raise UserError(f'--cohorts={self.cohorts} must be file:PATH (a JSON list of one list of '
-                      'client ids per round)')
-    if self.cohorts and self.cohort_sampler != 'uniform':
-      raise UserError(f'--cohorts=file: replaces sampling; drop '
-                      f'--cohort_sampler={self.cohort_sampler}')
-    if self.cohorts and self.scenario == 'longtail_stateless':
-      raise UserError('--cohorts=file: names clients, but --scenario=longtail_stateless draws '
-                      'fresh clients every round')
-
-  def _validate_partition(self):
-    """--partition: a known name, file:PATH or natural:COLUMN; shards needs labels."""
-    if registry.find('partition', self.partition) is None:
-      named = [n for n, e in registry.entries('partition').items() if not e.prefix]
-      raise UserError(f'--partition={self.partition} is unknown; use one of '
-                      f'{", ".join(named)}, file:PATH or natural:COLUMN'
-                      f'{did_you_mean(self.partition, named)}')
-    if self.partition == 'natural:':
-      raise UserError('--partition=natural: needs a group column, e.g. natural:writer')
-    if self.partition == 'shards' and self.classes_per_client < 1:
-      raise UserError('--classes_per_client must be >= 1 with --partition=shards')
-
-  def _validate_personalization(self):
-    """--personalize and --algo=local_only need per-client test splits and a global model."""
-    if self.personalize == 'calibrate' and self.test_partition != 'like_train':
-      raise UserError('--personalize=calibrate needs a per-client test split: add '
-                      '--test_partition=like_train')
-    if self.algo == 'local_only' and not (self.test_partition == 'like_train'
-                                          or self.partition == 'domains'):
-      raise UserError('--algo=local_only tests each client\'s model on its own test split: add '
-                      '--test_partition=like_train (or use --partition=domains)')
-    if self.algo == 'local_only' and self.personalize != 'none':
-      raise UserError(f'--personalize={self.personalize} calibrates the global model, which '
-                      '--algo=local_only never trains; drop it')
-    if self.algo == 'local_only' and self.save_params:
-      raise UserError('--save_params writes the global model, which --algo=local_only never '
-                      'trains (its clients\' models are in the checkpoints); drop it')
-
-  def _validate_outputs(self):
-    """--tensorboard's package and --save_params's file name."""
-    if self.tensorboard and importlib.util.find_spec('tensorboardX') is None:
-      raise UserError('--tensorboard needs tensorboardX: pip install tensorboardX (or '
-                      '".[tensorboard]" in the clone)')
-    if self.save_params and not self.save_params.endswith('.npz'):
-      raise UserError(f'--save_params={self.save_params} must end in .npz')
-
-  def _validate_selection(self):
-    """--val_fraction, --val_source and --select_on (study.py carves the split)."""
-    if self.val_source == 'dataset' and self.val_fraction:
-      raise UserError(f'--val_source=dataset uses the dataset\'s own validation split, so '
-                      f'--val_fraction={self.val_fraction:g} would carve a second one; give '
-                      '--val_fraction=0 or another --val_source')
-    if self.select_on == 'validation' and not self.has_validation:
-      raise UserError('--select_on=validation needs a validation split: give --val_fraction '
-                      '(e.g. 0.1) or --val_source=dataset, or --select_on=test')
-    if self.val_source == 'dataset' and self.scenario == 'longtail_stateless':
-      raise UserError('--val_source=dataset: --scenario=longtail_stateless draws clients from '
-                      'every example on the device, the validation split\'s too; use '
-                      '--val_source=clients with --val_fraction=0 (and --select_on=test)')
-    if self.val_fraction and self.scenario == 'longtail_stateless':
-      raise UserError('--val_fraction: --scenario=longtail_stateless draws every client from '
-                      'the whole training set, so no validation split can be held out of it; '
-                      'use --val_fraction=0 (and --select_on=test)')
-    if self.val_fraction and self.val_source == 'server' and self.partition.startswith('file:'):
-      raise UserError(f'--val_source=server: --partition={self.partition} names training '
-                      'examples by index, so none can be held out before it; use '
-                      '--val_source=clients')
 
   @property
   def has_validation(self) -> bool:
@@ -661,39 +544,6 @@ class Config:
     if self.select_on != 'auto':
       return self.select_on
     return 'validation' if self.has_validation else 'test'
-
-  def _validate_lr_schedule(self):
-    """--lr_schedule and the flags of its kind (schedules.py)."""
-    if self.lr_schedule in ('step', 'exponential') and not (
-        math.isfinite(self.lr_decay) and 0 < self.lr_decay <= 1):
-      raise UserError(f'--lr_schedule={self.lr_schedule} needs --lr_decay in (0, 1], got '
-                      f'{self.lr_decay:g}')
-    if self.lr_schedule == 'step' and self.lr_step_rounds < 1:
-      raise UserError(f'--lr_schedule=step needs --lr_step_rounds >= 1 (rounds between '
-                      f'decays), got {self.lr_step_rounds}')
-
-  def _validate_pipeline(self):
-    """The training-pipeline flags that go together (data/pipeline.py, algorithms/local.py)."""
-    if self.local_optimizer == 'adam' and self.local_momentum:
-      raise UserError(f'--local_momentum={self.local_momentum} is SGD\'s; with '
-                      '--local_optimizer=adam use --adam_b1')
-    if self.local_optimizer == 'adam' and self.algo == 'fedadc_dm':
-      raise UserError('--local_optimizer=adam does not combine with --algo=fedadc_dm, whose '
-                      'local double momentum is its own optimizer')
-    if bool(self.normalize_mean) != bool(self.normalize_std):
-      given = 'normalize_mean' if self.normalize_mean else 'normalize_std'
-      raise UserError(f'--{given} needs --normalize_{"std" if self.normalize_mean else "mean"} '
-                      'too')
-    for name in ('normalize_mean', 'normalize_std'):
-      for value in getattr(self, name).split(',') if getattr(self, name) else ():
-        try:
-          number = float(value)
-        except ValueError:
-          raise UserError(f'--{name}={getattr(self, name)} must be a comma list of '
-                          'numbers') from None
-        if not math.isfinite(number) or (name == 'normalize_std' and number <= 0):
-          raise UserError(f'--{name}={getattr(self, name)}: every value must be finite'
-                          f'{" and > 0" if name == "normalize_std" else ""}')
 
   def run_dir(self, timestamp: str) -> str:
     if self.out:

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from fedjax_drift import bounds as bounds_lib
-from fedjax_drift import config
+from fedjax_drift import config, config_checks
 from fedjax_drift.config import Config
 from fedjax_drift.errors import UserError
 
@@ -136,7 +136,7 @@ def test_a_bound_accepts_its_edges(name):
   bounds = config.bounds_of(name)
   for value in edges(bounds, _kind(name)):
     assert bounds.accepts(value), (name, value)
-    Config(**{name: value})._validate_fields()
+    config_checks.each_field(Config(**{name: value}))
 
 
 @pytest.mark.parametrize('values,message', [
