@@ -80,6 +80,6 @@ def char_lstm(num_classes, vocab_size, seq_len):  # pylint: disable=unused-argum
 # --- Registration -----------------------------------------------------------------------------
 # Family 'text': int32 [B, 2, L] ids and masks (models/__init__.py checks the data are tokens).
 registry.register('model', 'char_lstm', 'LEAF\'s character LSTM (Shakespeare): 8-d embedding, '
-                  '2 LSTM layers of 256, Dense to the vocabulary',
+                  '2 x LSTM(256), Dense',
                   build=lambda v, num_classes, input_shape, vocab_size: char_lstm(
                       num_classes, vocab_size, input_shape[1]), info='text')
