@@ -23,7 +23,9 @@ METRICS = {'final': 'final accuracy (at the last round)',
            'best_half': 'best accuracy up to half the rounds (after round 0)',
            'last10': 'last-10% mean (mean accuracy over the evaluations in the last 10% of '
                      'the rounds)',
-           'at_best_val': 'test accuracy at the evaluation with the best validation accuracy'}
+           'at_best_val': 'test accuracy at the evaluation with the best validation accuracy',
+           'avg_best': 'average best accuracy (the mean over the evaluations after round 0 of '
+                       'the best accuracy so far; FedFOR Table 5)'}
 
 
 def interval(values, confidence=CONFIDENCE) -> dict:

@@ -10,7 +10,8 @@ The pieces, in the order a table is built (experiments/presets.py runs them per 
   markdown(results)                      -> the tables, each saying what it reports
 
 Reported metrics (stats.METRICS): final, best, best up to half the rounds, last-10% mean (all
-of the test accuracy), and, with a validation split, the test accuracy at the evaluation with
+of the test accuracy; a table whose metric is the average best, FedFOR Table 5's, adds it),
+and, with a validation split, the test accuracy at the evaluation with
 the best validation accuracy. Round 0 (the initial model) is not counted.
 """
 import csv
@@ -24,7 +25,10 @@ from fedjax_drift import results, stats
 
 COLUMNS = ('final', 'best', 'best_half', 'last10')
 HEADERS = {'final': 'final', 'best': 'best', 'best_half': 'best by half budget',
-           'last10': 'last-10% mean', 'at_best_val': 'at best validation'}
+           'last10': 'last-10% mean', 'at_best_val': 'at best validation',
+           'avg_best': 'average best'}
+# Metrics a preset may report that its tables show only then (FedFOR Table 5's average best).
+OPTIONAL = ('avg_best',)
 # The metrics.csv column a table's curves are read from, and what its cells then are.
 ACCURACY = {'test_accuracy': 'the test accuracy',
             'personalized_accuracy': 'the personalised test accuracy (the mean over clients of '
@@ -78,7 +82,9 @@ def run_metrics(curve, rounds, target, at=()):
   half = [acc[t] for t in ts if t <= rounds // 2] or [float('nan')]
   reached = [t for t in ts if acc[t] >= target]
   return {'final': acc[ts[-1]], 'best': max(acc.values()), 'best_half': max(half),
-          'last10': float(np.mean(last)), 'rounds_to_target': reached[0] if reached else None,
+          'last10': float(np.mean(last)),
+          'avg_best': float(np.mean(np.maximum.accumulate([acc[t] for t in ts]))),
+          'rounds_to_target': reached[0] if reached else None,
           'at': {t: acc.get(t, float('nan')) for t in at}}
 
 
@@ -92,7 +98,7 @@ def at_best_validation(curve, val_curve):
 
 def _diverged_metrics(at=()):
   """run_metrics' keys for a run that diverged: nan (no accuracy), never reached the target."""
-  return {**{k: math.nan for k in ('final', 'best', 'best_half', 'last10')},
+  return {**{k: math.nan for k in COLUMNS + OPTIONAL},
           'rounds_to_target': None, 'at': {t: math.nan for t in at}}
 
 
@@ -115,7 +121,7 @@ def summarise(runs, rounds, target, at=()):
     if has_val:
       for m, r, good in zip(ms, mine, ok):
         m['at_best_val'] = at_best_validation(r.curve, r.val_curve) if good else math.nan
-    names = COLUMNS + (('at_best_val',) if has_val else ())
+    names = COLUMNS + OPTIONAL + (('at_best_val',) if has_val else ())
     point = {'grid_point': dict(key), 'seeds': [r.seed for r in mine]}
     point.update({k: results.seed_stats([m[k] for m in ms]) for k in names})
     point['per_seed'] = {k: {r.seed: m[k] for r, m in zip(mine, ms)} for k in names}
@@ -128,7 +134,7 @@ def summarise(runs, rounds, target, at=()):
     if has_val:
       vms = [run_metrics(r.val_curve, rounds, target) if good else _diverged_metrics()
              for r, good in zip(mine, ok)]
-      point['val'] = {k: results.seed_stats([m[k] for m in vms]) for k in COLUMNS}
+      point['val'] = {k: results.seed_stats([m[k] for m in vms]) for k in COLUMNS + OPTIONAL}
     kept = [r for r, good in zip(mine, ok) if good] or mine  # the mean curve of the finished
     rounds_ = [t for t, _ in min((r.curve for r in kept), key=len)]
     acc = np.array([[a for _, a in r.curve[:len(rounds_)]] for r in kept])
@@ -206,8 +212,8 @@ def protocol_lines(results) -> list:
     lines.append('Runs marked "test" in the selected-on column could not hold a validation '
                  f'split out ({sel.get("fallback", "see the notes")}), so they fall back to the '
                  'papers\' protocol.')
-  shown = COLUMNS + (('at_best_val',) if any('at_best_val' in r for rows in
-                                             results['scenarios'].values() for r in rows) else ())
+  val = any('at_best_val' in r for rows in results['scenarios'].values() for r in rows)
+  shown = COLUMNS + tuple(k for k in OPTIONAL if k == metric) + (('at_best_val',) if val else ())
   what = ACCURACY[results.get('accuracy', 'test_accuracy')]
   lines.append(f'Cells: mean [95% t-interval] over the seeds of {what}: '
                + '; '.join(f'{HEADERS[k]} = {stats.METRICS[k]}' for k in shown)
@@ -256,7 +262,7 @@ def _rank(row, metric):
 def _results_rows(rows, metric):
   at = list(rows[0].get('at', {}))
   val = any('at_best_val' in r for r in rows)
-  cols = list(COLUMNS) + (['at_best_val'] if val else [])
+  cols = list(COLUMNS) + [k for k in OPTIONAL if k == metric] + (['at_best_val'] if val else [])
   lines = ['| method | chosen | selected on | chosen on test | seeds | '
            + ' | '.join(HEADERS[k] for k in cols) + ' | rounds to target (reached) |'
            + ''.join(f' round {t} |' for t in at),

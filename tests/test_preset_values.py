@@ -103,3 +103,8 @@ def test_fedfor_input_sizes():
 
 def test_igfl_paired_records_attention():
   assert all(v['diag_attention'] for *_, v, _ in runs('igfl_paired'))
+
+
+def test_fedfor_concept_reports_the_average_best():
+  assert PRESETS['fedfor_concept']['metric'] == 'avg_best'  # Table 5 "average best"
+  assert PRESETS['fedfor_domainnet']['metric'] == 'best'  # Tables 3-4: best up to t

@@ -27,6 +27,18 @@ def test_run_metrics_by_hand():
   assert m30['last10'] == pytest.approx(0.3)
 
 
+def test_average_best_by_hand_and_shown_only_where_reported():
+  m = tables.run_metrics(CURVE, rounds=10, target=0.5)
+  # best so far over rounds 2..10: 0.30, 0.55, 0.55, 0.72, 0.72 (round 0 not counted)
+  assert m['avg_best'] == pytest.approx((0.30 + 0.55 + 0.55 + 0.72 + 0.72) / 5)
+  runs = [tables.Run(s, {}, CURVE, []) for s in (0, 1)]
+  row = {'method': 'a', 'chosen': {}, 'seeds': [0, 1],
+         **tables.summarise(runs, 10, 0.5)[0]}
+  assert row['avg_best']['mean'] == pytest.approx(m['avg_best'])
+  assert 'average best' in tables._results_rows([row], 'avg_best')[0]
+  assert 'average best' not in tables._results_rows([row], 'best')[0]
+
+
 def test_at_best_validation_takes_the_first_peak():
   val = [(0, 1.0), (2, 0.4), (4, 0.6), (6, 0.6), (8, 0.5)]
   test = [(0, 0.0), (2, 0.1), (4, 0.2), (6, 0.3), (8, 0.4)]
