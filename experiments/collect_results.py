@@ -62,6 +62,10 @@ same embedded data and model, so presets (or scenarios) that differ only in the 
 dataset run identical configurations: `fedgkd_dirichlet`, `fedgkd_cifar100` and `fedgkd_tiny`
 share most runs, as do `fedgkd_buffer`'s and `fedgkd_loss`'s CIFAR-10 and CIFAR-100 scenarios
 and `igfl_emnist` with `igfl`'s cross-device runs. Their agreement is one result, not several.
+`experiments/presets.py` runs each distinct configuration once per command and shares its runs
+among the tables that use them (`experiments/presetlib/sharing.py`: a later table's run
+directory links to the first's, and its row in results.json names it as `shared_runs`); the
+tables are the same cell for cell as with every sweep run on its own (`--no_share`).
 
 **Wall times** are the runner's own (`provenance.json`, written by `experiments/presets.py`
 with the commit and command), with the machine's load average at the start and end. The end
@@ -77,6 +81,20 @@ def _load(directory):
   prov = os.path.join(directory, 'provenance.json')
   with open(prov) as f:
     return results, json.load(f)
+
+
+def shared_runs_line(found):
+  """How many of the method sweeps behind the tables ran, and how many read another's runs
+  (results.json's shared_sweeps; results written before the runner shared runs have none)."""
+  sweeps = sum(len(rows) for r in found for rows in r['scenarios'].values()) + sum(
+      len(r.get('diverged', [])) for r in found)
+  shared = sum(r.get('shared_sweeps', 0) for r in found)
+  if not any('shared_sweeps' in r for r in found):
+    return (f'\n**Shared runs.** The results here were run before runs were shared: each of '
+            f'their {sweeps} method sweeps ran on its own.\n')
+  return (f'\n**Shared runs.** Of the {sweeps} method sweeps behind these tables, '
+          f'{sweeps - shared} ran and {shared} read the runs of an earlier sweep with the same '
+          'configuration.\n')
 
 
 def _order(item):
@@ -150,7 +168,7 @@ def build():
   found = [(_load(d), d) for d in sorted(glob.glob(os.path.join(RESULTS, '*')))
            if os.path.exists(os.path.join(d, 'results.json'))]
   found.sort(key=lambda x: _order(x[0]))
-  parts = [HEAD]
+  parts = [HEAD + shared_runs_line([results for (results, _), _ in found])]
   parts += [section(d, results, prov) for (results, prov), d in found]
   parts.append(not_here({results['preset'] for (results, _), _ in found}))
   return '\n'.join(parts)
