@@ -282,7 +282,8 @@ class Config:
                              group='algorithm')
   vote_lambda: float = _f(0.1, 'FedGKD-Vote scale lambda',
                           group='algorithm', bounds=NONNEG, gridable=True)
-  vote_val_size: int = _f(500, 'FedGKD-Vote: training examples held out for server validation',
+  vote_val_size: int = _f(500, 'FedGKD-Vote: training examples held out for server validation '
+                          '(drawn from the --val_source=server split when there is one)',
                           group='algorithm', bounds=AT_LEAST_1)
   attention: str = _f('self', 'IGFL-S attention query; time = §4.3, time_rows = the row-averaged '
                       'reading of Alg. 3 option III', ('self', 'global', 'time', 'time_rows'),
