@@ -117,6 +117,7 @@ class _Shared(NamedTuple):
   norm: Any = None  # data/pipeline.Normalization (--normalize*), computed once, or None
   y: np.ndarray = None  # labels of x's rows: y_train (then y_val)
   cohorts: Any = None  # --cohorts=file:: [rounds, K] client ids, one row per round, or None
+  inits: dict = None  # the runs' compiled model inits, one per model (_build_run)
 
 
 def _load(config) -> _Shared:
@@ -131,7 +132,7 @@ def _load(config) -> _Shared:
   return _Shared(dataset, jnp.asarray(x),
                  input_pipeline.normalization(config, dataset.x_train), y,
                  read_cohorts(config.cohorts[5:], config.rounds, config.clients_per_round)
-                 if config.cohorts else None)
+                 if config.cohorts else None, {})
 
 
 def read_cohorts(path, rounds, cohort_size):
@@ -322,12 +323,14 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
                     'so FedGKD-Vote\'s validation split cannot be held out of it')
   train_parts, test_parts, server_data, validation = _partition(config, shared)
   conv_impl, _ = target_choices(config, platform)
-  model = models.get(config.model, ds.num_classes, ds.x_train.shape[1:], config.init,
-                     algorithms.projection_dim(config), conv_impl=conv_impl,
-                     projection_hidden=config.projection_hidden, dropout=config.dropout,
-                     gn_groups=config.gn_groups, gn_group_size=config.gn_group_size,
-                     vocab_size=ds.vocab_size, pretrained=config.pretrained,
-                     gn_eps=config.gn_eps)
+  model_args = dict(name=config.model, num_classes=ds.num_classes,
+                    input_shape=tuple(ds.x_train.shape[1:]), init=config.init,
+                    projection_dim=algorithms.projection_dim(config), conv_impl=conv_impl,
+                    projection_hidden=config.projection_hidden, dropout=config.dropout,
+                    gn_groups=config.gn_groups, gn_group_size=config.gn_group_size,
+                    vocab_size=ds.vocab_size, pretrained=config.pretrained,
+                    gn_eps=config.gn_eps)
+  model = models.get(**model_args)
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
   scenario = scenarios.from_config(config, ds)
@@ -339,10 +342,12 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   data = federated.build(shared.x, shared.y, train_parts, ds.num_classes)
   run_key = jax.random.key(config.seed)
   # One compiled program, not each initialiser and each op of init's forward pass compiled
-  # on its own (eagerly: half of a first CNN run's compilation). Bit-identical
-  # (tests/test_study.py). A --pretrained checkpoint is read inside init: eager, or its
-  # weights would become constants of the program.
-  init = model.init if config.pretrained else jax.jit(model.init)
+  # on its own (eagerly: half of a first CNN run's compilation), and one for every run of the
+  # study on the same model. Bit-identical (tests/test_study.py). A --pretrained checkpoint
+  # is read inside init: eager, or its weights would become constants of the program.
+  init = model.init
+  if not config.pretrained:
+    init = shared.inits.setdefault(tuple(sorted(model_args.items())), jax.jit(model.init))
   params = init(jax.random.fold_in(run_key, 0))
   if config.init_params:  # the same key use as without: only the starting point differs
     params = saved.into(params, saved.read(config.init_params, config.init_params_run),
