@@ -19,7 +19,7 @@ convolution is selectable (`--conv_impl`):
   auto    onednn on CPUs where the extension builds (x86-64 Linux with `pip install
           ".[onednn]"` and g++), else im2col, saying why once; lax on GPU/TPU
           (`resolve_conv_impl`): the interleaved bench (benchmarks/bench.py) measured onednn
-          faster than im2col and the torch loop on the MNIST and CIFAR CNNs (README)
+          faster than im2col and the torch loop on the MNIST and CIFAR CNNs (docs/speed.md)
 A `Conv` uses its own `impl` if set, else the one of the enclosing `conv_impl(...)` scope;
 `models.get(..., conv_impl=...)` opens that scope around every init/apply, so model classes
 need not pass the choice down and the engine never sees it.
