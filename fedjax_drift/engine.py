@@ -454,9 +454,6 @@ def over_runs(fn, args, width):
   return jax.tree.map(lambda a: a.reshape((runs,) + a.shape[2:]), out)
 
 
-  return round_fn
-
-
 # XLA:CPU's MLIR fusion emitters (its default since 2025) need far more memory to compile a
 # CNN round than the legacy emitters: peak RSS during compilation rose 380 MB for the CIFAR CNN
 # at K=20 against 50 MB, which put the whole run's peak at 1.9-2x the torch loop's (issue 23).

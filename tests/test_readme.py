@@ -41,6 +41,7 @@ SHRINK = {  # script -> flags appended so that a command does about one round
     'benchmarks/bench.py': ['--workloads=logreg_k100', '--rounds=1'],
     'benchmarks/scale.py': ['--quick'],  # tiny sizes over any size flag
     'benchmarks/host_state.py': ['--quick'],
+    'benchmarks/step_ratio.py': ['--quick'],
 }
 
 
@@ -163,7 +164,8 @@ def _prepare(argv, world, tmp_path):
       argv = argv + ['--rounds=2']
     elif not any(a.startswith('--out=') for a in argv):
       argv = argv + [f'--out={run_dir}']
-  if script in ('benchmarks/bench.py', 'benchmarks/scale.py', 'benchmarks/host_state.py'):
+  if script in ('benchmarks/bench.py', 'benchmarks/scale.py', 'benchmarks/host_state.py',
+                'benchmarks/step_ratio.py'):
     argv = [a for a in argv if not a.startswith('--out=')] + [f'--out={tmp_path / "b.json"}']
   if script == 'experiments/presets.py':
     argv = argv + [f'--out={tmp_path / "presets"}']

@@ -25,11 +25,9 @@ summary's final_dp_epsilon.
 """
 import functools
 
-import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
-from dp_accounting.rdp import rdp_privacy_accountant
 from optax.tree_utils import tree_norm
 
 from fedjax_drift import registry
@@ -63,6 +61,9 @@ def epsilons(num_clients, cohort_size, noise_multiplier, delta, rounds):
   mechanism: cohorts of cohort_size drawn without replacement from num_clients, the
   replace-one relation, accountant noise multiplier noise_multiplier / 2 (module docstring).
   sigma = 0 spends inf from the first round."""
+  # dp_accounting loads scipy: imported on first use, so `import fedjax_drift` stays light.
+  import dp_accounting  # pylint: disable=g-import-not-at-top
+  from dp_accounting.rdp import rdp_privacy_accountant  # pylint: disable=g-import-not-at-top
   out = np.zeros(rounds + 1)
   if noise_multiplier == 0:
     out[1:] = np.inf
