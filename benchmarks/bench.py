@@ -149,7 +149,8 @@ def _model(models, model_name, shape, conv_impl):
 
 def run_engine(model_name, k, shape, chunk, args):
   import jax
-  from fedjax_drift import algorithms, config, engine, models, simulation
+  from fedjax_drift import algorithms, config, engine, models
+  from fedjax_drift.preflight import estimated_memory
   from fedjax_drift.data import federated
   x, y, parts = make_data(k, shape)
   model = _model(models, model_name, shape, args.conv_impl)
@@ -165,7 +166,7 @@ def run_engine(model_name, k, shape, chunk, args):
   t0 = time.perf_counter()
   compiled = round_fn.lower(state, data).compile()
   compile_s = time.perf_counter() - t0
-  xla_gb = simulation.estimated_memory(compiled) / 1e9
+  xla_gb = estimated_memory(compiled) / 1e9
   state, _ = compiled(state, data)  # warm-up round
   jax.block_until_ready(state.params)
   box = [state]

@@ -14,7 +14,7 @@ memory: for each model, on synthetic uint8 data of the real dataset's size (MNIS
   SCAFFOLD's c_i) at K=10, that fit in --budget_gb. "Fits" is what a run with
   --memory_budget_gb=BUDGET checks before it starts (fedjax_drift/simulation.py): the
   preflight's bytes from shapes (study.device_bytes) and XLA's estimate for one compiled
-  segment (simulation.estimated_memory), both <= the budget. Each probe only compiles, on
+  segment (preflight.estimated_memory), both <= the budget. Each probe only compiles, on
   shapes (jax.eval_shape: no state, no client table is allocated), and the search brackets
   the answer to --tol by linear interpolation (memory grows about linearly in K and N) with
   a bisection step whenever interpolation alone does not close the bracket. K and N are
@@ -128,13 +128,14 @@ def _options(study):
 def probe(flags):
   """XLA's and the preflight's bytes for one segment of the run `flags`: compile only."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from fedjax_drift import engine, simulation  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import engine  # pylint: disable=g-import-not-at-top
+  from fedjax_drift.preflight import estimated_memory  # pylint: disable=g-import-not-at-top
   study, shapes, preflight, table = build_abstract(flags)
   start = time.perf_counter()
   compiled = engine.make_segment(study.step, study.config.eval_every,
                                  compiler_options=_options(study)).lower(
       *shapes, jnp.int32(1)).compile()
-  xla = simulation.estimated_memory(compiled)
+  xla = estimated_memory(compiled)
   exp = study.experiments[0]
   return dict(xla_bytes=xla, preflight_bytes=int(preflight), need_bytes=max(xla, preflight),
               client_state_bytes=int(table), chunk=exp.chunk, strategy=exp.strategy,
@@ -220,7 +221,8 @@ def child_rounds(flags, rounds, min_seconds):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import fedjax_drift  # pylint: disable=g-import-not-at-top
-  from fedjax_drift import distributed, engine, simulation, study as study_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import distributed, engine, study as study_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_drift.preflight import estimated_memory  # pylint: disable=g-import-not-at-top
   study = distributed.place(study_lib.build(fedjax_drift.Config(**flags)))
   one = jnp.int32(1)
   start = time.perf_counter()
@@ -237,7 +239,7 @@ def child_rounds(flags, rounds, min_seconds):
     times.append(time.perf_counter() - start)
   exp = study.experiments[0]
   return dict(round_s=times, seconds_per_round=float(np.median(times)), compile_s=compile_s,
-              xla_estimate_gb=simulation.estimated_memory(segment) / 1e9,
+              xla_estimate_gb=estimated_memory(segment) / 1e9,
               conv_impl=exp.model.conv_impl, strategy=exp.strategy, chunk=exp.chunk,
               backend=jax.default_backend())
 
@@ -247,7 +249,8 @@ def child_compile(flags):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import fedjax_drift  # pylint: disable=g-import-not-at-top
-  from fedjax_drift import engine, simulation, study as study_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import engine, study as study_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_drift.preflight import estimated_memory  # pylint: disable=g-import-not-at-top
   jax.config.update('jax_enable_compilation_cache', False)  # a cache hit is no compile time
   study = study_lib.build(fedjax_drift.Config(**flags))
   start = time.perf_counter()
@@ -259,7 +262,7 @@ def child_compile(flags):
   done = time.perf_counter()
   exp = study.experiments[0]
   return dict(lower_s=lowered_at - start, compile_s=done - lowered_at, total_s=done - start,
-              xla_estimate_gb=simulation.estimated_memory(compiled) / 1e9,
+              xla_estimate_gb=estimated_memory(compiled) / 1e9,
               conv_impl=exp.model.conv_impl, strategy=exp.strategy,
               backend=jax.default_backend())
 

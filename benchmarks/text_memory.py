@@ -59,7 +59,8 @@ def estimate(args, npz, tmp):
   """XLA's estimate and the preflight's for each algorithm and client parallelism."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import fedjax_drift  # pylint: disable=g-import-not-at-top
-  from fedjax_drift import engine, models, simulation, study as study_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import engine, models, study as study_lib  # pylint: disable=g-import-not-at-top
+  from fedjax_drift.preflight import estimated_memory  # pylint: disable=g-import-not-at-top
   rows = []
   for algo in args.algo.split(','):
     for parallelism in ('sequential', 'vmap'):
@@ -75,7 +76,7 @@ def estimate(args, npz, tmp):
                    'clients_per_round': args.clients_per_round,
                    'batch_size': args.batch_size, 'seq_len': args.seq_len,
                    'params': models.num_params(study.experiments[0].state.params),
-                   'xla_estimate_gb': simulation.estimated_memory(segment) / 1e9,
+                   'xla_estimate_gb': estimated_memory(segment) / 1e9,
                    'preflight_gb': preflight[0] / 1e9})
       print(json.dumps(rows[-1]), flush=True)
   return rows

@@ -9,6 +9,8 @@ for one run and for many), are results.py's.
 import contextlib
 import dataclasses
 import functools
+import hashlib
+import io
 import os
 import signal
 import sys
@@ -19,14 +21,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, hardware, inputs,
+from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, inputs,
                           interrupts, models, report, results, rundir)
-from fedjax_drift import best_val, compile_cache, diagnostics, host_state, methods
+from fedjax_drift import best_val, compile_cache, diagnostics, host_state, methods, preflight
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
 from fedjax_drift.data import federated
-from fedjax_drift.errors import MemoryBudgetError, UserError
+from fedjax_drift.errors import UserError
 from fedjax_drift.study import Experiment, Study, build, plan, prepare  # noqa: F401
 
 SECONDS_PER_CALL = 1.0  # the host wakes at least this often (progress), unless a round is longer
@@ -80,7 +82,8 @@ def _run(config, log):
   interrupts.describe(lambda signum: interrupts.message(
       run_dir, bool(results.checkpoint_rounds(run_dir)), signum))  # for a hard exit (the CLI)
   try:
-    with (rundir.claimed(run_dir, config.save_params) if distributed.is_writer()  # one writer, loading to the end
+    # One writer claims the outputs, from loading to the end.
+    with (rundir.claimed(run_dir, config.save_params) if distributed.is_writer()
           else contextlib.nullcontext()):
       if distributed.is_writer():
         # Again, now that --save_params is ours: the run that held it may have written it.
@@ -88,7 +91,7 @@ def _run(config, log):
                                  config.overwrite, config.resume)
       log(f'fedjax-drift: {config.algo}, {len(runs)} run(s): loading data and compiling...')
       fingerprint = inputs.fingerprint(config)  # of the bytes read: taken before, checked after
-      study = distributed.place(build(config, runs, _preflight(config, runs)))
+      study = distributed.place(build(config, runs, preflight.before_build(config, runs)))
       inputs.check_unchanged(fingerprint, run_dir, while_reading=True)
       interrupts.check()
       with interrupts.deferred():  # Ctrl-C while XLA compiles can crash the process
@@ -169,8 +172,8 @@ def _compile(study: Study) -> Compiled:
   segment = segment_program(study).lower(state, study.data, study.inputs,
                                          jnp.int32(1)).compile()
   compile_s = time.perf_counter() - t
-  need = estimated_memory(segment)
-  _check_memory(cfg, need, f'XLA\'s estimate for one segment of {len(study.runs)} run(s)',
+  need = preflight.estimated_memory(segment)
+  preflight.check_memory(cfg, need, f'XLA\'s estimate for one segment of {len(study.runs)} run(s)',
                 f'lower --run_chunk, --cohort_chunk (now {study.experiments[0].chunk}), '
                 '--clients_per_round or --batch_size')
   if host:  # one round per call, the cohort's rows copied in and out (host_state.py)
@@ -195,57 +198,6 @@ def lower_segment(study: Study, platform: str):
   (study.build(..., platform=)) so that its 'auto' choices are that platform's."""
   return segment_program(study, platform).trace(
       study.state, study.data, study.inputs, jnp.int32(1)).lower(lowering_platforms=(platform,))
-
-
-def _check_memory(cfg, need, what, advice):
-  """Refuses `need` bytes over --memory_budget_gb, or over 90% of what this process may use
-  (_available_memory: the device's limit, or the host's, cgroup and `ulimit -v` included)."""
-  available = _available_memory()
-  budget = cfg.memory_budget_gb * 1e9 or 0.9 * available
-  if budget and need > budget:
-    where = (f'--memory_budget_gb={cfg.memory_budget_gb:g}' if cfg.memory_budget_gb
-             else f'90% of the {available / 1e9:.1f} GB this process may use')
-    raise MemoryBudgetError(f'this run needs about {_size(need)} ({what}), over {where}; '
-                            f'{advice}')
-
-
-def _preflight(cfg, runs):
-  """study.build's check before it builds any state on the device: the data and every run's
-  state and client tables, from their shapes (study.device_bytes). The per-client state
-  table (SCAFFOLD's c_i, FedDyn's gradients, ...) is named with its size: at paper scale
-  (FedDyn, ResNet-18, 1,000 clients: 45 GB) it is what cannot fit."""
-  def check(need, client_state):
-    table = ''
-    if host_state.enabled(cfg):  # the table is in host memory: check it there
-      _check_host_table(cfg, client_state * len(runs))
-    elif client_state:
-      table = (f'; the per-client state of --algo={cfg.algo} alone is '
-               f'{_size(client_state)} per run ({cfg.num_clients:,} clients x '
-               f'{_size(client_state / cfg.num_clients)})')
-    _check_memory(cfg, need, f'data plus the state and client tables of {len(runs)} run(s), '
-                  f'from their shapes, before compiling{table}', 'fewer --seeds or --grid '
-                  'points, fewer --num_clients, or a smaller --model')
-  return check
-
-
-def _check_host_table(cfg, table_bytes):
-  """Refuses a host-memory client table (--client_state=host) over 90% of the host's
-  available memory, or a run over several processes (each would need the whole table)."""
-  if distributed.active():
-    raise UserError('--client_state=host runs in one process; this launch spans '
-                    f'{jax.process_count()} (use --client_state=device)')
-  available = hardware.host_memory_available()
-  if available and table_bytes > 0.9 * available:
-    raise UserError(f'--client_state=host: the per-client state of --algo={cfg.algo} is '
-                    f'{_size(table_bytes)} in host memory, over 90% of the '
-                    f'{available / 1e9:.1f} GB available; fewer --num_clients, --seeds or '
-                    '--grid points')
-
-
-def _size(num_bytes):
-  if num_bytes >= 1e9:
-    return f'{num_bytes / 1e9:.2f} GB'
-  return f'{num_bytes / 1e6:.1f} MB' if num_bytes >= 1e6 else f'{num_bytes / 1e6:.3f} MB'
 
 
 def _make_evaluator(study):
@@ -405,7 +357,7 @@ def _log_header(study, compiled, run_dir, log):
         + (f'; per domain: {", ".join(ev.columns)}' if ev.columns else '') + ')')
   if exp.test_parts is not None and ev.protocol != 'local':
     log('per-client test splits: metrics.csv client_mean/std/worst_accuracy')
-  available = _available_memory()
+  available = preflight.available_memory()
   log(f'memory estimate (XLA, one segment): {compiled.memory_bytes / 1e9:.2f} GB'
       + (f' of {available / 1e9:.1f} GB available' if available else '')
       + f'; compiled in {compiled.compile_s:.1f}s')
@@ -621,26 +573,6 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
   return results.report_end(study, summary, per_run, total_s, compiled.compile_s, log)
 
 
-def estimated_memory(compiled):
-  """Bytes XLA says a compiled program needs (arguments, outputs, temporaries, less donated
-  buffers), or 0 when the backend does not say."""
-  stats = compiled.memory_analysis()
-  if stats is None:
-    return 0
-  peak = getattr(stats, 'peak_memory_in_bytes', 0)
-  total = (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
-           - stats.alias_size_in_bytes)
-  return int(max(peak, total))
-
-
-def _available_memory():
-  """Bytes one device may use: the accelerator's own limit where it reports one (GPU, TPU),
-  else what this process may still allocate on the host (XLA:CPU uses host memory: the OS's
-  available memory, the cgroup limit and `ulimit -v`; hardware.host_memory_available), or 0
-  when unknown."""
-  return hardware.device_memory_bytes() or hardware.host_memory_available()
-
-
 RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out', 'compile_cache') + \
     distributed.LAUNCH_FLAGS  # how this launch spans processes, never taken from config.json
 
@@ -668,8 +600,6 @@ def save_params(path, params) -> str:
   each array with a leading run axis in runs.csv order (length 1 for a single run).
   Returns the file's sha256 (the run's record keeps it: see rundir.Record.wrote)."""
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  import hashlib  # pylint: disable=g-import-not-at-top
-  import io  # pylint: disable=g-import-not-at-top
   buf = io.BytesIO()
   np.savez(buf, **models.flatten_names(params))
   report.atomic_write(path, buf.getvalue())

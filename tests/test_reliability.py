@@ -99,8 +99,8 @@ def test_no_temporary_files_left(tiny_npz, unequal_partition, tmp_path):
 
 
 def test_preflight_refuses_what_cannot_fit(tiny_npz, unequal_partition, tmp_path, monkeypatch):
-  from fedjax_drift import simulation
-  monkeypatch.setattr(simulation, '_available_memory', lambda: 1000)
+  from fedjax_drift import preflight
+  monkeypatch.setattr(preflight, 'available_memory', lambda: 1000)
   out = tmp_path / 'r'
   with pytest.raises(fedjax_drift.UserError, match='needs about'):
     fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, out=str(out)),
