@@ -18,6 +18,13 @@ class MemoryBudgetError(UserError):
   (--memory_budget_gb, or what the device may use): fewer runs at once may fit."""
 
 
+def first_line(e):
+  """The first line of an exception's message (its type's name when it has none), for the
+  one-line errors that name a file."""
+  text = str(e).strip().splitlines()
+  return text[0] if text else type(e).__name__
+
+
 def did_you_mean(value, options):
   """' (did you mean X?)' for the closest of `options` to `value`, or '' if none is close."""
   import difflib  # pylint: disable=g-import-not-at-top

@@ -8,7 +8,7 @@ import dataclasses
 import hashlib
 import os
 
-from fedjax_drift.data import common, sources, text
+from fedjax_drift.data import common, sources, tokenization
 from fedjax_drift.errors import UserError
 from fedjax_drift.models import text as text_models
 
@@ -63,7 +63,7 @@ def input_files(config) -> list:
     files += [('--tokenizer', p) for p in (common.files_under(tok) if os.path.isdir(tok)
                                            else [tok])]
   if getattr(config, 'pretrained', ''):  # the checkpoint's config, weights and tokenizer
-    text.check_pretrained(config.pretrained)  # before any work: a missing folder is named
+    tokenization.check_pretrained(config.pretrained)  # before any work: a missing folder is named
     files += [('--pretrained', p) for p in text_models.checkpoint_files(config.pretrained)]
   return [(flag, os.path.abspath(p)) for flag, p in files]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedjax_drift import inputs, rundir
-from fedjax_drift.data import common, partitions, text
+from fedjax_drift.data import common, partitions, tokenization
 from fedjax_drift.errors import UserError
 from helpers import tiny_config
 
@@ -72,7 +72,7 @@ def test_a_missing_pretrained_folder_is_named_before_any_work(tmp_path, tiny_npz
                                                               unequal_partition):
   missing = str(tmp_path / 'no_checkpoint')
   with pytest.raises(UserError, match=f'--pretrained={missing} does not exist'):
-    text.check_pretrained(missing)
+    tokenization.check_pretrained(missing)
   config = tiny_config(tiny_npz, unequal_partition, pretrained=missing)
   with pytest.raises(UserError, match='does not exist'):
     inputs.input_files(config)

@@ -17,7 +17,8 @@ import pytest
 import fedjax_drift
 import layouts
 from fedjax_drift import engine
-from fedjax_drift.data import federated, partitions, pipeline, prepare, sources, text
+from fedjax_drift.data import (federated, partitions, pipeline, prepare, sources, text,
+                               tokenization)
 from fedjax_drift.errors import UserError
 
 TOK = dict(vocab_size=120, max_seq_len=24)  # small tokenisation for the tiny copies
@@ -147,21 +148,21 @@ def test_trained_wordpiece_is_the_same_in_every_process(tmp_path):
   """The trainer's hash maps are seeded per process; the vocabulary must not depend on it."""
   texts = _ag_texts(tmp_path).train
   (tmp_path / 'texts.json').write_text(json.dumps(texts))
-  code = ('import json, sys; from fedjax_drift.data import text; '
-          't = text.train_wordpiece(json.load(open(sys.argv[1])), 120); '
+  code = ('import json, sys; from fedjax_drift.data import tokenization; '
+          't = tokenization.train_wordpiece(json.load(open(sys.argv[1])), 120); '
           'print(json.dumps(sorted(t.get_vocab().items())))')
   vocabs = [subprocess.run([sys.executable, '-c', code, str(tmp_path / 'texts.json')],
                            check=True, capture_output=True, text=True).stdout
             for _ in range(2)]
   assert vocabs[0] == vocabs[1]
   vocab = dict(json.loads(vocabs[0]))
-  assert [vocab[t] for t in text.SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+  assert [vocab[t] for t in tokenization.SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
   assert len(vocab) <= 120 and 'minister' in vocab
 
 
 def test_encode_truncates_pads_and_masks(tmp_path):
-  tok = text.train_wordpiece(_ag_texts(tmp_path).train, 120)
-  x = text.encode(tok, ['minister', 'minister ' * 40, ''], 8)
+  tok = tokenization.train_wordpiece(_ag_texts(tmp_path).train, 120)
+  x = tokenization.encode(tok, ['minister', 'minister ' * 40, ''], 8)
   assert x.dtype == np.int32 and x.shape == (3, 2, 8)
   cls, sep, word = (tok.token_to_id(t) for t in ('[CLS]', '[SEP]', 'minister'))
   np.testing.assert_array_equal(x[0, 0], [cls, word, sep, 0, 0, 0, 0, 0])
@@ -174,7 +175,7 @@ def test_encode_truncates_pads_and_masks(tmp_path):
 
 def _vocab_txt(folder, lower=None):
   os.makedirs(folder, exist_ok=True)
-  tokens = list(text.SPECIAL_TOKENS) + ['hello', 'world', 'Hello', '##s', '!']
+  tokens = list(tokenization.SPECIAL_TOKENS) + ['hello', 'world', 'Hello', '##s', '!']
   with open(os.path.join(folder, 'vocab.txt'), 'w') as f:
     f.write('\n'.join(tokens) + '\n')
   if lower is not None:
@@ -186,23 +187,23 @@ def _vocab_txt(folder, lower=None):
 def test_vocab_txt_lowercasing_follows_the_checkpoint(tmp_path):
   tokens = _vocab_txt(str(tmp_path / 'uncased'))
   _vocab_txt(str(tmp_path / 'cased'), lower=False)
-  uncased = text.load_tokenizer(str(tmp_path / 'uncased'))
-  cased = text.load_tokenizer(str(tmp_path / 'cased' / 'vocab.txt'))
-  ids = lambda tok: text.encode(tok, ['Hello worlds!'], 7)[0, 0].tolist()
+  uncased = tokenization.load_tokenizer(str(tmp_path / 'uncased'))
+  cased = tokenization.load_tokenizer(str(tmp_path / 'cased' / 'vocab.txt'))
+  ids = lambda tok: tokenization.encode(tok, ['Hello worlds!'], 7)[0, 0].tolist()
   at = tokens.index
   assert ids(uncased) == [at('[CLS]'), at('hello'), at('world'), at('##s'), at('!'),
                           at('[SEP]'), at('[PAD]')]
   assert ids(cased)[1] == at('Hello')
   (tmp_path / 'bad.txt').write_text('a\nb\n')
   with pytest.raises(UserError, match=r'lacks \[UNK\], \[CLS\], \[SEP\]'):
-    text.load_tokenizer(str(tmp_path / 'bad.txt'))
+    tokenization.load_tokenizer(str(tmp_path / 'bad.txt'))
 
 
 def test_tokenizer_json_pretrained_folder_and_auto_agree(tmp_path):
   """--tokenizer=tokenizer.json, a folder holding it and --pretrained=that folder give the
   arrays of the tokenizer they hold; auto without --pretrained trains one."""
   texts = _ag_texts(tmp_path)
-  trained = text.train_wordpiece(texts.train, 120)
+  trained = tokenization.train_wordpiece(texts.train, 120)
   folder = tmp_path / 'checkpoint'
   folder.mkdir()
   trained.save(str(folder / 'tokenizer.json'))
@@ -226,7 +227,7 @@ def test_second_load_reads_the_cache(tmp_path, monkeypatch):
   def refuse(*_, **__):
     raise AssertionError('tokenised or trained again')
   monkeypatch.setattr(text, 'encode', refuse)
-  monkeypatch.setattr(text, 'train_wordpiece', refuse)
+  monkeypatch.setattr(tokenization, 'train_wordpiece', refuse)
   second = sources.load('sst5', str(tmp_path), **TOK)
   for field in ('x_train', 'x_test', 'x_val', 'y_train', 'y_val'):
     np.testing.assert_array_equal(getattr(first, field), getattr(second, field))
@@ -309,7 +310,7 @@ def test_tfds_ag_news_subset_is_tokenised():
   assert ds.x_train.shape == (6, 2, 24) and ds.x_train.dtype == np.int32 and ds.vocab_size
   assert ds.y_test.max() < 4
   # title + " " + description, through the WordPiece trained on the training texts
-  expected = text.encode(text.trained_tokenizer(train_texts, 120), [first], 24)[0]
+  expected = tokenization.encode(tokenization.trained_tokenizer(train_texts, 120), [first], 24)[0]
   np.testing.assert_array_equal(ds.x_test[0], expected)
 
 

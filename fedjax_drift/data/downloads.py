@@ -15,18 +15,13 @@ import zlib
 import numpy as np
 
 from fedjax_drift.data import common, formats
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, first_line
 
 CIFAR100_LABELS = ('fine', 'coarse')
 CIFAR100_NUM = {'fine': 100, 'coarse': 20}
 TINY_IMAGENET_SIZE = 64
 EMNIST_SPLITS = ('byclass', 'bymerge', 'balanced', 'letters', 'digits', 'mnist')
 SVHN_FILES = ('train_32x32.mat', 'test_32x32.mat')
-
-
-def _one_line(e):
-  text = str(e).strip().splitlines()
-  return text[0] if text else type(e).__name__
 
 
 # ---------------------------------------------------------------------------------------------
@@ -39,7 +34,7 @@ def _cifar100_split(raw, where):
     data, fine, coarse = split[b'data'], split[b'fine_labels'], split[b'coarse_labels']
     x = np.asarray(data, np.uint8).reshape(-1, 3, 32, 32)  # rows of R, G, B planes
   except Exception as e:  # pylint: disable=broad-except
-    raise UserError(f'{where} is not a CIFAR-100 python split: {_one_line(e)}') from None
+    raise UserError(f'{where} is not a CIFAR-100 python split: {first_line(e)}') from None
   fine, coarse = np.asarray(fine, np.int64), np.asarray(coarse, np.int64)
   if not len(x) == len(fine) == len(coarse):
     raise UserError(f'{where}: {len(x)} images but {len(fine)} fine and {len(coarse)} coarse '
@@ -55,7 +50,7 @@ def _check_cifar100_meta(raw, where):
     meta = formats.load_arrays_pickle(raw)
     counts = len(meta[b'fine_label_names']), len(meta[b'coarse_label_names'])
   except Exception as e:  # pylint: disable=broad-except
-    raise UserError(f'{where} is not CIFAR-100\'s meta pickle: {_one_line(e)}') from None
+    raise UserError(f'{where} is not CIFAR-100\'s meta pickle: {first_line(e)}') from None
   if counts != (100, 20):
     raise UserError(f'{where} names {counts[0]} fine and {counts[1]} coarse classes; '
                     'CIFAR-100 has 100 and 20')
@@ -98,7 +93,7 @@ def read_cifar100(path):
         return tar.extractfile(members[name]).read()
       return _cifar100_arrays(read, path)
   except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-    raise UserError(f'cannot read CIFAR-100 tarball {path}: {_one_line(e)}') from None
+    raise UserError(f'cannot read CIFAR-100 tarball {path}: {first_line(e)}') from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,7 +109,7 @@ class _ZipTree:
       self.zip = zipfile.ZipFile(path)
       names = self.zip.namelist()
     except (zipfile.BadZipFile, OSError, EOFError) as e:
-      raise UserError(f'cannot read {path} as a zip file: {_one_line(e)}') from None
+      raise UserError(f'cannot read {path} as a zip file: {first_line(e)}') from None
     found = [n for n in names if n == marker or n.endswith('/' + marker)]
     if not found:
       raise UserError(f'{path} holds no {marker} (expected the official tiny-imagenet-200.zip)')
@@ -128,7 +123,7 @@ class _ZipTree:
     except KeyError:
       raise UserError(f'{self.path} lacks {self.prefix}{name}') from None
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
-      raise UserError(f'cannot read {self.path}:{self.prefix}{name}: {_one_line(e)}') from None
+      raise UserError(f'cannot read {self.path}:{self.prefix}{name}: {first_line(e)}') from None
 
   def where(self, name):
     return f'{self.path}:{self.prefix}{name}'
@@ -224,7 +219,7 @@ def _decode_into(tree, examples, out, desc):
                           f'{size[1]}x{size[0]}')
         out[i] = np.asarray(image.convert('RGB'), np.uint8)  # some are greyscale JPEGs
     except (OSError, SyntaxError, ValueError) as e:  # PIL's errors for broken images
-      raise UserError(f'cannot decode {tree.where(name)}: {_one_line(e)}') from None
+      raise UserError(f'cannot decode {tree.where(name)}: {first_line(e)}') from None
   return np.asarray([y for _, y in examples], np.int64)
 
 
@@ -271,7 +266,7 @@ def _emnist_opener(path):
       archive = zipfile.ZipFile(path)
       members = {n.rsplit('/', 1)[-1]: n for n in archive.namelist()}
     except (zipfile.BadZipFile, OSError, EOFError) as e:
-      raise UserError(f'cannot read {path} as a zip file: {_one_line(e)}') from None
+      raise UserError(f'cannot read {path} as a zip file: {first_line(e)}') from None
     def open_member(name):
       if name not in members:
         raise UserError(f'{path} lacks gzip/{name} (expected NIST\'s EMNIST gzip.zip)')
@@ -320,7 +315,7 @@ def read_emnist(path, split='byclass'):
         try:
           arrays.append(common.read_idx(f, ndim, where(name)))
         except (zipfile.BadZipFile, zlib.error) as e:
-          raise UserError(f'cannot read {where(name)}: {_one_line(e)}') from None
+          raise UserError(f'cannot read {where(name)}: {first_line(e)}') from None
   finally:
     close()
   x_train, y_train, x_test, y_test = arrays
@@ -346,7 +341,7 @@ def _svhn_mat(path):
     mat = scipy.io.loadmat(path, variable_names=('X', 'y'))
     x, y = mat['X'], mat['y']
   except Exception as e:  # pylint: disable=broad-except  (scipy raises many kinds)
-    raise UserError(f'cannot read {path} as SVHN\'s MATLAB file (X, y): {_one_line(e)}') from None
+    raise UserError(f'cannot read {path} as SVHN\'s MATLAB file (X, y): {first_line(e)}') from None
   if x.ndim != 4 or x.shape[:3] != (32, 32, 3) or y.size != x.shape[3]:
     raise UserError(f'{path}: X has shape {x.shape} and y {y.shape}; SVHN\'s are '
                     '[32, 32, 3, N] and [N, 1]')

@@ -28,7 +28,6 @@ $FEDJAX_DRIFT_CACHE (tokenized/, tokenizers/), keyed by content, so a second loa
 CACHE/datasets/NAME.npz; loading then tokenises with the run's tokenizer flags.
 """
 import csv
-import hashlib
 import io
 import json
 import os
@@ -41,9 +40,9 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from fedjax_drift.data import common
-from fedjax_drift.errors import UserError
+from fedjax_drift.data.tokenization import digest, encode, resolve_tokenizer, texts_digest
+from fedjax_drift.errors import UserError, first_line
 
-SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')  # BERT's, ids 0..4 when trained
 AG_NEWS_ARCHIVE = 'ag_news_csv.tgz'
 AG_NEWS_FOLDER = 'ag_news_csv'
 SST5_ARCHIVE = 'trainDevTestTrees_PTB.zip'
@@ -70,11 +69,6 @@ class Texts(NamedTuple):
     return out + ([('val', self.val, self.y_val)] if self.val is not None else [])
 
 
-def _one_line(e):
-  text = str(e).strip().splitlines()
-  return text[0] if text else type(e).__name__
-
-
 # ---------------------------------------------------------------------------------------------
 # AG News: ag_news_csv.tgz = ag_news_csv/{train.csv, test.csv, classes.txt, readme.txt}
 
@@ -95,7 +89,7 @@ def _ag_news_rows(stream, where, num_classes):
       texts.append(f'{row[1]} {row[2]}')
       labels.append(int(row[0]) - 1)
   except (UnicodeDecodeError, csv.Error, EOFError, OSError, zlib.error, tarfile.TarError) as e:
-    raise UserError(f'cannot read {where} as AG News CSV: {_one_line(e)}') from None
+    raise UserError(f'cannot read {where} as AG News CSV: {first_line(e)}') from None
   if not texts:
     raise UserError(f'{where} holds no rows')
   return texts, np.asarray(labels, np.int64)
@@ -146,7 +140,7 @@ def read_ag_news(path):
       return _read_ag_news(lambda n: tar.extractfile(members[n]) if n in members else None,
                            path)
   except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-    raise UserError(f'cannot read AG News archive {path}: {_one_line(e)}') from None
+    raise UserError(f'cannot read AG News archive {path}: {first_line(e)}') from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,7 +239,7 @@ def read_sst5(path):
       members = {os.path.basename(n): n for n in archive.namelist() if not n.endswith('/')}
       return _read_sst5(lambda n: archive.read(members[n]) if n in members else None, path)
   except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
-    raise UserError(f'cannot read SST-5 archive {path}: {_one_line(e)}') from None
+    raise UserError(f'cannot read SST-5 archive {path}: {first_line(e)}') from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,7 +272,7 @@ def _records(path):
                             f' fields, its header {len(reader.fieldnames)} (a comma in an '
                             'unquoted text?)')
   except (UnicodeDecodeError, csv.Error, OSError) as e:
-    raise UserError(f'cannot read {path}: {_one_line(e)}') from None
+    raise UserError(f'cannot read {path}: {first_line(e)}') from None
   for number, row in rows:
     for key, value in row.items():
       if '\0' in str(key) or (isinstance(value, str) and '\0' in value):
@@ -414,7 +408,7 @@ def load_imported(name):
   except UserError:
     raise
   except Exception as e:  # pylint: disable=broad-except  (truncated or foreign npz)
-    raise UserError(f'cannot read {path} as imported texts: {_one_line(e)}') from None
+    raise UserError(f'cannot read {path} as imported texts: {first_line(e)}') from None
   return Texts(**out)
 
 
@@ -446,199 +440,13 @@ def read(dataset, data_dir):
   return read_ag_news(data_dir) if dataset == 'ag_news' else read_sst5(data_dir)
 
 
-# ---------------------------------------------------------------------------------------------
-# Tokenisation (Hugging Face `tokenizers`)
-
-def _tokenizers():
-  try:
-    import tokenizers  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise UserError('text datasets need the `tokenizers` library: pip install tokenizers') \
-        from None
-  return tokenizers
-
-
-def _wordpiece(vocab, lowercase):
-  """A BERT-style tokenizer around a WordPiece vocab (a dict or a vocab.txt path): BERT's
-  normaliser, pre-tokeniser and [CLS] ... [SEP] post-processor, as the library's own
-  BertWordPieceTokenizer assembles them."""
-  tk = _tokenizers()
-  model = (tk.models.WordPiece.from_file(vocab, unk_token='[UNK]') if isinstance(vocab, str)
-           else tk.models.WordPiece(vocab, unk_token='[UNK]'))
-  tokenizer = tk.Tokenizer(model)
-  missing = [t for t in ('[UNK]', '[CLS]', '[SEP]') if tokenizer.token_to_id(t) is None]
-  if missing:
-    raise UserError(f'{vocab if isinstance(vocab, str) else "the vocabulary"} lacks '
-                    f'{", ".join(missing)}: not a BERT WordPiece vocab.txt')
-  tokenizer.add_special_tokens([t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is not None])
-  tokenizer.normalizer = tk.normalizers.BertNormalizer(lowercase=lowercase)
-  tokenizer.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
-  tokenizer.post_processor = tk.processors.BertProcessing(
-      ('[SEP]', tokenizer.token_to_id('[SEP]')), ('[CLS]', tokenizer.token_to_id('[CLS]')))
-  return tokenizer
-
-
-def _lowercase_of(folder):
-  """do_lower_case of the tokenizer_config.json beside a vocab.txt; True without one
-  (transformers' BertTokenizer default, and the uncased checkpoints')."""
-  path = os.path.join(folder, 'tokenizer_config.json')
-  if not os.path.isfile(path):
-    return True
-  try:
-    with open(path, encoding='utf-8') as f:
-      return bool(json.load(f).get('do_lower_case', True))
-  except (OSError, ValueError) as e:
-    raise UserError(f'cannot read {path}: {_one_line(e)}') from None
-
-
-def load_tokenizer(path, flag='--tokenizer'):
-  """A `tokenizers.Tokenizer` from tokenizer.json, a WordPiece vocab.txt, or a folder holding
-  one (tokenizer.json preferred); `flag` names where PATH came from in errors."""
-  tk = _tokenizers()
-  if os.path.isdir(path):
-    for name in ('tokenizer.json', 'vocab.txt'):
-      if os.path.isfile(os.path.join(path, name)):
-        return load_tokenizer(os.path.join(path, name), flag)
-    raise UserError(f'{flag}={path}: the folder holds no tokenizer.json or vocab.txt')
-  if not os.path.isfile(path):
-    raise UserError(f'{flag}={path}: no such file')
-  if path.endswith('.txt'):
-    return _wordpiece(path, _lowercase_of(os.path.dirname(path)))
-  try:
-    return tk.Tokenizer.from_file(path)
-  except Exception as e:  # pylint: disable=broad-except  (the library raises Exception)
-    raise UserError(f'{flag}={path}: not a tokenizers JSON file ({_one_line(e)})') from None
-
-
-def train_wordpiece(texts, vocab_size):
-  """A WordPiece tokenizer of at most `vocab_size` tokens (more if the texts' alphabet needs
-  them) trained with `tokenizers`' WordPieceTrainer on `texts`: BERT's uncased normaliser and
-  pre-tokeniser, minimum pair frequency 2 (BertWordPieceTokenizer.train's default), the whole
-  alphabet kept, special tokens [PAD]=0, [UNK], [CLS], [SEP], [MASK].
-
-  Deterministic: the trainer numbers the '##c' continuation characters in the order it meets
-  words in a randomly seeded hash map, and breaks ties between equally frequent merges by
-  those numbers, so two processes could learn different vocabularies. Every '##c' is given to
-  the trainer up front, in sorted order, which fixes the numbering; the tokenizer is then
-  rebuilt from the learned vocabulary with only BERT's five special tokens."""
-  tk = _tokenizers()
-  if vocab_size <= len(SPECIAL_TOKENS):
-    raise UserError(f'--vocab_size={vocab_size} must be larger than the '
-                    f'{len(SPECIAL_TOKENS)} special tokens')
-  normalizer = tk.normalizers.BertNormalizer(lowercase=True)
-  alphabet = sorted({c for t in texts for c in normalizer.normalize_str(t) if not c.isspace()})
-  tokenizer = tk.Tokenizer(tk.models.WordPiece(unk_token='[UNK]'))
-  tokenizer.normalizer = normalizer
-  tokenizer.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
-  trainer = tk.trainers.WordPieceTrainer(
-      vocab_size=vocab_size, min_frequency=2, show_progress=False,
-      special_tokens=list(SPECIAL_TOKENS) + ['##' + c for c in alphabet],
-      initial_alphabet=alphabet, limit_alphabet=max(len(alphabet), 1))
-  tokenizer.train_from_iterator(texts, trainer)
-  return _wordpiece(tokenizer.get_vocab(), lowercase=True)
-
-
-def _digest(*parts):
-  h = hashlib.sha256()
-  for part in parts:
-    data = part if isinstance(part, bytes) else str(part).encode('utf-8')
-    h.update(len(data).to_bytes(8, 'little') + data)
-  return h.hexdigest()
-
-
-def texts_digest(strings):
-  """sha256 of a list of strings (each length-prefixed, so boundaries count)."""
-  return _digest(*(s.encode('utf-8') for s in strings))
-
-
-def trained_tokenizer(train_texts, vocab_size):
-  """train_wordpiece(train_texts, vocab_size), cached as CACHE/tokenizers/wordpiece-KEY.json
-  (KEY: the texts, vocab_size and the tokenizers version)."""
-  tk = _tokenizers()
-  key = _digest('wordpiece', texts_digest(train_texts), vocab_size, tk.__version__)[:20]
-  path = os.path.join(common.cache_dir(), 'tokenizers', f'wordpiece-{key}.json')
-  if os.path.isfile(path):
-    return load_tokenizer(path)
-  tokenizer = train_wordpiece(train_texts, vocab_size)
-  _write_text(path, tokenizer.to_str())
-  return tokenizer
-
-
-def _write_text(path, text):
-  """Writes `text` through a temporary renamed into place; a failure is one UserError."""
-  tmp = f'{path}.tmp{os.getpid()}'
-  try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(tmp, 'w', encoding='utf-8') as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except OSError as e:
-    raise UserError(f'cannot write {path}: {e.strerror or e} (set FEDJAX_DRIFT_CACHE to a '
-                    'writable folder with room)') from None
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-
-
-def check_pretrained(path):
-  """Refuses a --pretrained that is not an existing folder, naming it."""
-  if not os.path.exists(path):
-    raise UserError(f'--pretrained={path} does not exist (a Hugging Face checkpoint folder: '
-                    'config.json, model.safetensors and its tokenizer)')
-  if not os.path.isdir(path):
-    raise UserError(f'--pretrained={path} is a file; name the checkpoint\'s folder')
-
-
-def resolve_tokenizer(tokenizer, pretrained, train_texts, vocab_size):
-  """The run's tokenizer: --tokenizer=PATH; auto: the --pretrained folder's, else WordPiece
-  trained on the training texts (trained_tokenizer)."""
-  if tokenizer and tokenizer != 'auto':
-    return load_tokenizer(tokenizer)
-  if pretrained:
-    check_pretrained(pretrained)
-    if not any(os.path.isfile(os.path.join(pretrained, n)) for n in ('tokenizer.json',
-                                                                     'vocab.txt')):
-      raise UserError(f'--pretrained={pretrained} holds no tokenizer.json or vocab.txt; name '
-                      'the checkpoint\'s tokenizer with --tokenizer=PATH')
-    return load_tokenizer(pretrained, '--pretrained')
-  return trained_tokenizer(train_texts, vocab_size)
-
-
-def _pad_token(tokenizer):
-  """(pad id, pad token): the tokenizer's padding settings, [PAD], <pad>, else id 0."""
-  if tokenizer.padding:
-    return tokenizer.padding['pad_id'], tokenizer.padding['pad_token']
-  for token in ('[PAD]', '<pad>'):
-    if tokenizer.token_to_id(token) is not None:
-      return tokenizer.token_to_id(token), token
-  return 0, tokenizer.id_to_token(0) or '[PAD]'
-
-
-def encode(tokenizer, texts, max_seq_len):
-  """texts -> int32 [N, 2, max_seq_len]: token ids (with the tokenizer's special tokens) and
-  the attention mask, truncated and padded on the right. The tokenizer is left unchanged."""
-  if max_seq_len < 2:
-    raise UserError(f'--max_seq_len={max_seq_len} must be at least 2')
-  tokenizer = type(tokenizer).from_str(tokenizer.to_str())  # a copy: padding set below
-  pad_id, pad_token = _pad_token(tokenizer)
-  tokenizer.enable_truncation(max_length=max_seq_len)
-  tokenizer.enable_padding(length=max_seq_len, pad_id=pad_id, pad_token=pad_token)
-  out = np.zeros((len(texts), 2, max_seq_len), np.int32)
-  chunk = 4096  # bounds the Python lists of Encodings held at once
-  for start in range(0, len(texts), chunk):
-    encodings = tokenizer.encode_batch(list(texts[start:start + chunk]))
-    out[start:start + len(encodings), 0] = [e.ids for e in encodings]
-    out[start:start + len(encodings), 1] = [e.attention_mask for e in encodings]
-  return out
-
-
 def tokenize(texts: Texts, tokenizer='auto', vocab_size=8000, max_seq_len=128, pretrained=''):
   """Texts -> ({split: int32 [N, 2, L]}, vocab size), cached in CACHE/tokenized/KEY.npz
   (KEY: the texts of every split, the tokenizer's full JSON and max_seq_len)."""
   tok = resolve_tokenizer(tokenizer, pretrained, texts.train, vocab_size)
   size = tok.get_vocab_size(with_added_tokens=True)
-  key = _digest(_CACHE_FORMAT, _digest(*(texts_digest(t) for _, t, _ in texts.splits())),
-                _digest(tok.to_str()), max_seq_len)[:24]
+  key = digest(_CACHE_FORMAT, digest(*(texts_digest(t) for _, t, _ in texts.splits())),
+                digest(tok.to_str()), max_seq_len)[:24]
   path = os.path.join(common.cache_dir(), 'tokenized', f'{key}.npz')
   names = [f'x_{split}' for split, _, _ in texts.splits()]
   if os.path.isfile(path):
