@@ -21,8 +21,8 @@ snippets joined by spaces, newlines made spaces, runs of spaces made one, then e
 The ids are stored as the text datasets' tokens (int32 [N, 2, 80]: ids, an all-ones mask).
 
 Each training example carries its client's id in the group column `writer` (FEMNIST) or `role`
-(Shakespeare), numbered in sorted order of the files' client ids: --partition=natural:writer
-makes each writer a client, and --num_clients below their number picks a seeded subset
+(Shakespeare), numbered in sorted order of the files' client ids: --partition=natural (or
+natural:writer, natural:role) makes each of them a client, and --num_clients below their number picks a seeded subset
 (partitions.natural). The test split pools every client's test examples.
 """
 import json
