@@ -22,8 +22,9 @@ The ids are stored as the text datasets' tokens (int32 [N, 2, 80]: ids, an all-o
 
 Each training example carries its client's id in the group column `writer` (FEMNIST) or `role`
 (Shakespeare), numbered in sorted order of the files' client ids: --partition=natural (or
-natural:writer, natural:role) makes each of them a client, and --num_clients below their number picks a seeded subset
-(partitions.natural). The test split pools every client's test examples.
+natural:writer, natural:role) makes each of them a client, and --num_clients below their
+number picks a seeded subset (partitions.natural). The test split pools every client's test
+examples.
 """
 import json
 import os
