@@ -272,7 +272,8 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                sampler: str = 'uniform', devices: int = 1, scenario=None, pipeline=None,
                client_probe=None, keep_aux=False, cohorts=None, unreliable=None,
                cohort_rows=False):
-  """Returns round_fn(state, data) -> (state, metrics), pure and jittable.
+  """Returns round_fn(state, data) -> (state, metrics), pure and jittable. (Its code runs
+  past 80 lines on purpose: one traced round, its steps in the order the round takes them.)
 
   cohort_rows (--client_state=host): state.clients holds only this round's cohort's rows,
   [K, ...] in cohort order (the host gathered them at `cohort_ids`), so they are read and
@@ -311,19 +312,8 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     num_clients = data.client_count.shape[0]
     rkey = jax.random.fold_in(state.key, state.round)
     concept = scenario.before_round(state.scenario, jax.random.fold_in(rkey, 2), state.round)
-    if scenario.fresh_cohort is not None:  # stateless: new clients every round
-      rows, counts = scenario.fresh_cohort(data, jax.random.fold_in(rkey, 3), cohort_size)
-      ids = jnp.arange(cohort_size, dtype=jnp.int32)
-      valid = jnp.arange(rows.shape[1])[None, :] < counts[:, None]
-      num_classes = data.label_hist.shape[1]
-      hists = jax.vmap(lambda r, v: jnp.zeros(num_classes).at[data.y[r]].add(v))(
-          rows, valid.astype(jnp.float32))
-    else:
-      ids = cohort_ids(state, data, cohort_size, sampler, cohorts)
-      rows, counts, hists = data.client_index[ids], data.client_count[ids], data.label_hist[ids]
-    if scenario.name == 'concept_shift':  # histograms of the relabelled classes
-      classes = jnp.arange(hists.shape[1], dtype=jnp.int32)
-      hists = hists @ jax.nn.one_hot(scenario.relabel(concept, classes), hists.shape[1])
+    ids, rows, counts, hists = draw_cohort(state, data, rkey, concept, scenario, cohort_size,
+                                           sampler, cohorts)
     client_key = jax.random.fold_in(rkey, 1)
     payload = algo.broadcast(state.params, state.server)
     slots = jnp.arange(cohort_size, dtype=jnp.int32) if cohort_rows else ids
@@ -331,10 +321,8 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     num_steps = client_steps(counts, schedule).astype(jnp.int32)
     spe = steps_per_epoch(counts, schedule.batch_size)
 
-    if weighting == 'examples':
-      weights = counts.astype(jnp.float32) / jnp.sum(counts)
-    else:
-      weights = jnp.full((cohort_size,), 1.0 / cohort_size, jnp.float32)
+    weights = (counts.astype(jnp.float32) / jnp.sum(counts) if weighting == 'examples'
+               else jnp.full((cohort_size,), 1.0 / cohort_size, jnp.float32))
     reports = None
     if unreliable is not None:
       reports, num_steps = unreliable_clients.draw(unreliable, jax.random.fold_in(rkey, 5),
@@ -398,6 +386,27 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                               concept), metrics
 
   return round_fn
+
+
+def draw_cohort(state, data, rkey, concept, scenario, cohort_size, sampler, cohorts):
+  """This round's cohort: (ids [K], rows [K, max n] into data, counts [K], label
+  histograms [K, C]). A stateless scenario draws fresh clients (ids 0..K-1); else the clients
+  are sampled (or read from `cohorts`) as cohort_ids says. Under concept shift the
+  histograms count the relabelled classes."""
+  if scenario.fresh_cohort is not None:  # stateless: new clients every round
+    rows, counts = scenario.fresh_cohort(data, jax.random.fold_in(rkey, 3), cohort_size)
+    ids = jnp.arange(cohort_size, dtype=jnp.int32)
+    valid = jnp.arange(rows.shape[1])[None, :] < counts[:, None]
+    num_classes = data.label_hist.shape[1]
+    hists = jax.vmap(lambda r, v: jnp.zeros(num_classes).at[data.y[r]].add(v))(
+        rows, valid.astype(jnp.float32))
+  else:
+    ids = cohort_ids(state, data, cohort_size, sampler, cohorts)
+    rows, counts, hists = data.client_index[ids], data.client_count[ids], data.label_hist[ids]
+  if scenario.name == 'concept_shift':  # histograms of the relabelled classes
+    classes = jnp.arange(hists.shape[1], dtype=jnp.int32)
+    hists = hists @ jax.nn.one_hot(scenario.relabel(concept, classes), hists.shape[1])
+  return ids, rows, counts, hists
 
 
 def largest_first(num_steps):
