@@ -126,8 +126,10 @@ def test_a_users_run_directory_is_kept_and_run_on_its_own(tmp_path):
   # Other settings are another sweep; --no_share submits every sweep.
   _, read = shares.submit(dataclasses.replace(_config(tmp_path / 'd'), lr=0.5))
   assert read is None
-  alone = sharing.Sharing(_Fake(), enabled=False)
+  alone = sharing.Sharing(_Fake(), enabled=False)  # what presets.py --no_share uses
   assert [alone.submit(_config(tmp_path / x))[1] for x in 'ef'] == [None, None]
+  assert presets.parse_args(['fedgkd_loss', '--no_share'])[0].no_share
+  assert not presets.parse_args(['fedgkd_loss'])[0].no_share
 
 
 def test_the_key_ignores_where_a_sweep_writes_and_nothing_else():
