@@ -127,10 +127,13 @@ def _load(config) -> _Shared:
   dataset = sources.load(config.dataset, config.data_dir or None,
                          **sources.load_options(config))
   _check_structure(config, dataset)
-  input_pipeline.check(config, dataset.x_train)
+  input_pipeline.check(dataset.x_train, config.augment, config.normalize, config.normalize_mean,
+                       config.normalize_std)
   x, y = _with_own_validation(config, dataset)
   return _Shared(dataset, jnp.asarray(x),
-                 input_pipeline.normalization(config, dataset.x_train), y,
+                 input_pipeline.normalization(dataset.x_train, config.normalize,
+                                              config.normalize_mean, config.normalize_std,
+                                              config.dataset), y,
                  read_cohorts(config.cohorts[5:], config.rounds, config.clients_per_round)
                  if config.cohorts else None, {})
 
@@ -358,7 +361,9 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
     raise UserError(f'--scenario=longtail_stateless draws new clients every round, so '
                     f'--algo={config.algo}\'s per-client state would never be used; pick a '
                     'stateless algorithm')
-  pipeline = input_pipeline.from_config(config, shared.norm, getattr(model, "has_dropout", False))
+  pipeline = input_pipeline.Pipeline(config.augment, config.augment_pad,
+                                     float(config.augment_degrees), shared.norm,
+                                     bool(getattr(model, 'has_dropout', False)))
   check_cohorts(config, shared.cohorts, len(train_parts))
   round_fn = scheduled_round(config, model, server_data, schedule, max_local_steps, chunk,
                              scenario, pipeline, cohorts=shared.cohorts)

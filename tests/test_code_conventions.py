@@ -1,6 +1,5 @@
 """Conventions of the papers' code: weight decay that skips normalisation parameters, and
 FedGKD's fixed normalisation constants."""
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -61,13 +60,12 @@ def test_no_skip_is_the_unmasked_program():
 
 def test_fedgkd_code_constants():
   x = np.random.default_rng(0).uniform(size=(8, 4, 4, 3)).astype(np.float32)
-  config = fedjax_drift.Config(dataset='cifar10', normalize='fedgkd_code')
-  norm = pipeline.normalization(config, x)
+  norm = pipeline.normalization(x, 'fedgkd_code', dataset='cifar10')
   np.testing.assert_allclose(norm.mean, [0.4914, 0.4822, 0.4465], rtol=1e-6)
   np.testing.assert_allclose(norm.std, [0.2023, 0.1994, 0.2010], rtol=1e-6)
-  norm = pipeline.normalization(dataclasses.replace(config, dataset='tfds:cifar100'), x)
+  norm = pipeline.normalization(x, 'fedgkd_code', dataset='tfds:cifar100')
   np.testing.assert_allclose(norm.std, [0.2675, 0.2565, 0.2761], rtol=1e-6)
   with pytest.raises(UserError, match='--normalize=fedgkd_code: .* not --dataset=emnist'):
-    pipeline.normalization(dataclasses.replace(config, dataset='emnist'), x)
+    pipeline.normalization(x, 'fedgkd_code', dataset='emnist')
   with pytest.raises(UserError, match='--normalize=fedgkd_code has 3 channels'):
-    pipeline.normalization(config, x[..., :1])
+    pipeline.normalization(x[..., :1], 'fedgkd_code', dataset='cifar10')

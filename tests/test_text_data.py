@@ -331,10 +331,9 @@ def test_token_ids_stay_integers_through_batches(tmp_path):
       tuple(map(tuple, x)) for x in ds.x_train[rows]}
   for flag, value in (('augment', 'crop_flip'), ('normalize', 'per_channel'),
                       ('normalize_mean', '0.5')):
-    config = fedjax_drift.Config(**{flag: value})
     with pytest.raises(UserError, match=f'--{flag}={value} works on images and features; '
                                         'the data is text'):
-      pipeline.check(config, ds.x_train)
+      pipeline.check(ds.x_train, **{flag: value})
 
 
 def test_registry_lists_the_text_datasets():

@@ -192,30 +192,31 @@ def code_constants(dataset):
   return tuple(np.array(v) for v in FEDGKD_CODE_CONSTANTS[name])
 
 
-def normalization(config, x_train) -> Optional[Normalization]:
-  """The run's Normalization, or None: --normalize_mean/--normalize_std when given, else the
-  training images' per-channel statistics with --normalize=per_channel, or FedGKD's code's
-  constants for the dataset with --normalize=fedgkd_code. The channel axis is
+def normalization(x_train, normalize='none', normalize_mean='', normalize_std='',
+                  dataset='') -> Optional[Normalization]:
+  """The run's Normalization, or None: normalize_mean/normalize_std (comma lists) when given,
+  else the training images' per-channel statistics with normalize='per_channel', or FedGKD's
+  code's constants for `dataset` with normalize='fedgkd_code'. The channel axis is
   the last (features, for flat inputs). A channel with zero spread keeps std 1 (it would
   otherwise divide by zero; every training value of it equals its mean)."""
   channels = x_train.shape[-1]
-  if config.normalize_mean or config.normalize_std:
-    mean = np.array(parse_floats(config.normalize_mean, 'normalize_mean'))
-    std = np.array(parse_floats(config.normalize_std, 'normalize_std'))
+  if normalize_mean or normalize_std:
+    mean = np.array(parse_floats(normalize_mean, 'normalize_mean'))
+    std = np.array(parse_floats(normalize_std, 'normalize_std'))
     for flag, values in (('normalize_mean', mean), ('normalize_std', std)):
       if len(values) not in (1, channels):
         raise UserError(f'--{flag} has {len(values)} values; the data has {channels} '
                         'channels (give one per channel, or one for all)')
     if not np.all(std > 0):
-      raise UserError(f'--normalize_std={config.normalize_std} must be > 0')
-  elif config.normalize == 'per_channel':
+      raise UserError(f'--normalize_std={normalize_std} must be > 0')
+  elif normalize == 'per_channel':
     mean, std = channel_stats(x_train)
     std = np.where(std > 0, std, 1.0)
-  elif config.normalize == 'fedgkd_code':
-    mean, std = code_constants(config.dataset)
+  elif normalize == 'fedgkd_code':
+    mean, std = code_constants(dataset)
     if len(mean) not in (1, channels):
       raise UserError(f'--normalize=fedgkd_code has {len(mean)} channels for '
-                      f'--dataset={config.dataset}; the data has {channels}')
+                      f'--dataset={dataset}; the data has {channels}')
   else:
     return None
   mean = np.broadcast_to(mean, (channels,))
@@ -223,24 +224,17 @@ def normalization(config, x_train) -> Optional[Normalization]:
   return Normalization(jnp.asarray(mean, jnp.float32), jnp.asarray(std, jnp.float32))
 
 
-def check(config, x_train):
-  """Refuses augmentations on data that is not images [n, H, W, C], and augmentation or
-  normalisation of token ids (integer arrays other than uint8: text)."""
+def check(x_train, augment='none', normalize='none', normalize_mean='', normalize_std=''):
+  """Refuses augmentations (the --augment name) on data that is not images [n, H, W, C], and
+  augmentation or normalisation of token ids (integer arrays other than uint8: text)."""
   dtype = np.asarray(x_train[:0]).dtype
   if np.issubdtype(dtype, np.integer) and dtype != np.uint8:
-    for flag, value in (('augment', config.augment), ('normalize', config.normalize),
-                        ('normalize_mean', config.normalize_mean),
-                        ('normalize_std', config.normalize_std)):
+    for flag, value in (('augment', augment), ('normalize', normalize),
+                        ('normalize_mean', normalize_mean), ('normalize_std', normalize_std)):
       if value not in ('none', ''):
         raise UserError(f'--{flag}={value} works on images and features; the data is text '
                         '(token ids), which is neither augmented nor normalised')
-  if config.augment != 'none' and np.ndim(x_train) != 4:
-    raise UserError(f'--augment={config.augment} needs images [H, W, C]; the data has shape '
+  if augment != 'none' and np.ndim(x_train) != 4:
+    raise UserError(f'--augment={augment} needs images [H, W, C]; the data has shape '
                     f'{tuple(np.shape(x_train)[1:])}')
 
-
-def from_config(config, norm: Optional[Normalization], has_dropout=False) -> Pipeline:
-  """The run's Pipeline from --augment, --augment_pad, --augment_degrees, the set-up's
-  `normalization` and whether the model has dropout."""
-  return Pipeline(config.augment, config.augment_pad, float(config.augment_degrees), norm,
-                  bool(has_dropout))
