@@ -99,6 +99,8 @@ def test_fedfor_input_sizes():
   assert round(count / 1e6, 1) == 14.2  # the six-layer ConvNet's 14.2M at 28x28
   digits = {(v['image_size'], v['digits5_parts']) for *_, v, _ in runs('fedfor_digits')}
   assert digits == {(28, 1)}  # FedBN's Resize([28, 28]) and --percent=0.1 (part 0)
+  for name in ('fedfor_domainnet', 'fedfor_digits', 'fedfor_concept'):  # FedBN's PyTorch code
+    assert {v['init'] for *_, v, _ in runs(name)} == {'torch'}
 
 
 def test_igfl_paired_records_attention():
