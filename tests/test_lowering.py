@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
+from fedjax_drift.errors import UserError
 from fedjax_drift import engine, evaluation, registry, simulation
 from fedjax_drift import study as study_lib
 from fedjax_drift.algorithms import recipes
@@ -176,7 +177,13 @@ PRODUCT = [(f'{family}-{i}', family, c) for family in sorted(FAMILIES) if family
                          ids=[i for i, _, _ in PRODUCT])
 def test_every_registered_choice_lowers_on_every_family(datasets, family, case):
   config = _config(datasets, FAMILIES[family], case)
-  for platform, (_, texts) in lower_for_accelerators(config).items():
+  try:
+    lowered = lower_for_accelerators(config)
+  except UserError as e:  # a method that refuses this model family (pFedMe, APFL: BatchNorm)
+    if 'without BatchNorm' not in str(e):
+      raise
+    pytest.skip(str(e))
+  for platform, (_, texts) in lowered.items():
     check_portable(texts[0], f'{case} on {FAMILIES[family]} for {platform}')
 
 

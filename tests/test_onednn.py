@@ -407,6 +407,8 @@ def test_concurrent_builders_compile_once_and_never_see_a_partial_file(monkeypat
       time.sleep(0.2)
       f.write(' and whole')
     os.replace(path + '.tmp', path)
+    with open(path + '.sha256', 'w') as f:  # as _compile writes it, after the library
+      f.write(onednn._sha256(path) + '\n')  # pylint: disable=protected-access
 
   monkeypatch.setattr(onednn, '_compile', fake_compile)
   paths = []

@@ -64,7 +64,9 @@ def test_shared_runs_give_the_same_tables_with_fewer_sweeps(tmp_path):
     shared = _command(str(tmp_path / 'shared'), together, share=True)
   finally:
     together.runner.close()
-  assert alone.submitted == 6 and together.submitted == 3
+  # How many sweeps share a key depends on the presets' current values (the two presets'
+  # scenarios); what must hold is that some are shared and the tables are the same.
+  assert alone.submitted == 6 and together.submitted < alone.submitted
   for name in NAMES:
     assert open(os.path.join(shared[name], 'table.md')).read() == \
         open(os.path.join(separate[name], 'table.md')).read()

@@ -59,6 +59,10 @@ def _assert_one_line(results, code=130, word='interrupted'):
   for offset, returncode, err, alive in results:
     if not alive:
       continue  # it had finished before the signal was sent
+    if 'init_import_site' in err:
+      # Under load the signal can land inside Python's own start-up (its site module), before
+      # the program's first statement: Python's, as docs/reliability.md says, not ours.
+      continue
     signalled += 1
     lines = err.strip().splitlines()
     assert returncode == code and len(lines) == 1, (offset, returncode, err)
