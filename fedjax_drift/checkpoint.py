@@ -148,7 +148,15 @@ def _ignore_closed_loop_callbacks():
     if isinstance(report.exc_value, RuntimeError) and 'Event loop is closed' in str(
         report.exc_value):
       return
-    previous(report)
+    if hook.passing:  # interrupts' hook, installed over ours, passed the report back to us
+      sys.__unraisablehook__(report)
+      return
+    hook.passing = True
+    try:
+      previous(report)
+    finally:
+      hook.passing = False
+  hook.passing = False
   hook._fedjax_drift = True  # pylint: disable=protected-access
   sys.unraisablehook = hook
 
