@@ -232,7 +232,13 @@ def _watch():
       break
     time.sleep(0.05)
   signum = _state.signum or signal.SIGINT
-  if not _state.reported:
+  _exit_for(signum, say=not _state.reported)
+
+
+def _exit_for(signum, say=True):
+  """Ends the process at once with 128 + signum, first writing the one line (describe(), or
+  what(signum) should that fail) unless say is False."""
+  if say:
     try:
       line = _state.describe(signum)
     except Exception:  # pylint: disable=broad-except
@@ -266,12 +272,7 @@ def early():
 def _early_handler(signum, frame):  # pylint: disable=unused-argument
   if _state.signum is not None or _state.reported:
     return  # the program is already stopping for a signal and prints its own line
-  try:
-    line = _state.describe(signum)
-  except Exception:  # pylint: disable=broad-except
-    line = what(signum)
-  os.write(2, f'{_state.prefix}{line}\n'.encode())
-  os._exit(128 + signum)  # pylint: disable=protected-access
+  _exit_for(signum)
 
 
 def is_program() -> bool:
