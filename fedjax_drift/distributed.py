@@ -38,6 +38,9 @@ LAUNCH_FLAGS = ('distributed', 'coordinator_address', 'num_processes', 'process_
 # "More processes and machines"): a peer that never arrives ends start-up after INIT_TIMEOUT_S;
 # a peer that stops answering is noticed within HEARTBEAT_S; leaving waits SHUTDOWN_S at most.
 INIT_TIMEOUT_S, HEARTBEAT_S, SHUTDOWN_S = 60, 30, 30
+# Environment variable that shortens (or lengthens) INIT_TIMEOUT_S: the tests of a missing
+# peer set it to wait seconds, not a minute (init_timeout_s).
+INIT_TIMEOUT_ENV = 'FEDJAX_DRIFT_INIT_TIMEOUT_S'
 AGREE_TIMEOUT_S = 60  # how long a process waits for the others' flags
 # A peer that dies mid-run: JAX's coordination service notices a dead worker after
 # HEARTBEAT_S without heartbeats (a dead process 0, the service itself, at once) and every
@@ -111,7 +114,7 @@ def setup(config, log=print):
       jax.config.update('jax_cpu_collectives_implementation', 'gloo')  # CPU all-reduce
     watch_stderr(config.process_id)
     try:
-      with _joined_within(INIT_TIMEOUT_S, config):
+      with _joined_within(init_timeout_s(), config):
         jax.distributed.initialize(**_given(config), **_bounds())
     except (RuntimeError, ValueError) as e:
       first = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -130,6 +133,17 @@ def setup(config, log=print):
     log(f'distributed: {jax.process_count()} processes, {total} global devices '
         f'({jax.local_device_count()} on this process, process {jax.process_index()})')
   return dataclasses.replace(config, devices=total)
+
+
+def init_timeout_s() -> int:
+  """Seconds start-up waits for every process to join: $FEDJAX_DRIFT_INIT_TIMEOUT_S (whole
+  seconds > 0) where set, else INIT_TIMEOUT_S. UserError naming the variable otherwise."""
+  value = os.environ.get(INIT_TIMEOUT_ENV, '')
+  if not value:
+    return INIT_TIMEOUT_S
+  if not value.isdigit() or int(value) <= 0:
+    raise UserError(f'${INIT_TIMEOUT_ENV}={value!r} is not a whole number of seconds > 0')
+  return int(value)
 
 
 @contextlib.contextmanager
@@ -198,7 +212,7 @@ def _bounds() -> dict:
   """The time limits of jax.distributed.initialize that this jax accepts."""
   import inspect  # pylint: disable=g-import-not-at-top
   accepted = inspect.signature(jax.distributed.initialize).parameters
-  wanted_bounds = {'initialization_timeout': INIT_TIMEOUT_S + 15,  # ours acts first
+  wanted_bounds = {'initialization_timeout': init_timeout_s() + 15,  # ours acts first
                    'heartbeat_timeout_seconds': HEARTBEAT_S,
                    'shutdown_timeout_seconds': SHUTDOWN_S}
   return {k: v for k, v in wanted_bounds.items() if k in accepted}

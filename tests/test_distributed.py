@@ -169,12 +169,17 @@ def test_launch_flags_checked_and_off_by_default(monkeypatch):
       distributed.wanted(fedjax_drift.Config(**bad))
 
 
-def _cli_pair(tiny_npz, parts, out, extra=((), ()), timeout=300):
-  """Two command-line processes of one run; extra: flags for process 0 and for process 1.
-  Returns [(returncode, stderr, seconds)]."""
+# The start-up bound the tests of a missing or duplicate peer run under (seconds, through
+# $FEDJAX_DRIFT_INIT_TIMEOUT_S): what they check is the same at 10 s as at the default 60 s.
+SHORT_INIT_S = 10
+
+
+def _cli_pair(tiny_npz, parts, out, extra=((), ()), timeout=300, env_extra=None):
+  """Two command-line processes of one run; extra: flags for process 0 and for process 1;
+  env_extra: environment variables set for both. Returns [(returncode, stderr, seconds)]."""
   import time  # pylint: disable=g-import-not-at-top
   port = str(_free_port())
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env = dict(os.environ, JAX_PLATFORMS='cpu', **(env_extra or {}))
   env.pop('XLA_FLAGS', None)
   common = [f'--dataset=npz:{tiny_npz}', f'--partition=file:{parts}', '--model=logreg',
             '--num_clients=4', '--clients_per_round=4', '--rounds=2', '--progress=false',
@@ -216,10 +221,11 @@ def test_processes_with_different_flags_refuse_on_every_process(tiny_npz, unequa
 
 @pytest.mark.slow
 def test_a_missing_peer_ends_start_up_within_the_bound(tiny_npz, unequal_partition, tmp_path):
-  """Only process 0 of 2 starts: one line, exit 2, after distributed.INIT_TIMEOUT_S."""
+  """Only process 0 of 2 starts: one line, exit 2, after the start-up bound (here
+  SHORT_INIT_S through $FEDJAX_DRIFT_INIT_TIMEOUT_S, distributed.INIT_TIMEOUT_S unset)."""
   import time  # pylint: disable=g-import-not-at-top
   from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env = dict(os.environ, JAX_PLATFORMS='cpu', **{distributed.INIT_TIMEOUT_ENV: str(SHORT_INIT_S)})
   env.pop('XLA_FLAGS', None)
   start = time.time()
   result = subprocess.run(
@@ -228,11 +234,26 @@ def test_a_missing_peer_ends_start_up_within_the_bound(tiny_npz, unequal_partiti
        '--num_clients=4', '--clients_per_round=4', '--rounds=1', '--progress=false',
        f'--coordinator_address=localhost:{_free_port()}', '--num_processes=2',
        '--process_id=0', f'--out={tmp_path / "run"}'],
-      capture_output=True, text=True, env=env, timeout=distributed.INIT_TIMEOUT_S + 120)
+      capture_output=True, text=True, env=env, timeout=SHORT_INIT_S + 120)
   took = time.time() - start
   lines = result.stderr.strip().splitlines()
   assert result.returncode == 2 and len(lines) == 1 and 'joined' in lines[0], result.stderr
-  assert distributed.INIT_TIMEOUT_S <= took <= distributed.INIT_TIMEOUT_S + 60
+  assert f'within {SHORT_INIT_S}s' in lines[0], lines
+  assert SHORT_INIT_S <= took <= SHORT_INIT_S + 60
+
+
+def test_the_start_up_bound_is_read_from_the_environment(monkeypatch):
+  """$FEDJAX_DRIFT_INIT_TIMEOUT_S sets the start-up bound; unset, INIT_TIMEOUT_S; a value
+  that is not whole seconds > 0 is one line naming the variable."""
+  from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv(distributed.INIT_TIMEOUT_ENV, raising=False)
+  assert distributed.init_timeout_s() == distributed.INIT_TIMEOUT_S == 60
+  monkeypatch.setenv(distributed.INIT_TIMEOUT_ENV, '7')
+  assert distributed.init_timeout_s() == 7
+  for bad in ('0', '-3', '1.5', 'soon'):
+    monkeypatch.setenv(distributed.INIT_TIMEOUT_ENV, bad)
+    with pytest.raises(fedjax_drift.UserError, match=r'\$FEDJAX_DRIFT_INIT_TIMEOUT_S='):
+      distributed.init_timeout_s()
 
 
 # What JAX 0.10's runtime writes on a survivor when its peer dies (abridged from real runs).
@@ -332,14 +353,16 @@ def test_a_peer_killed_mid_run_ends_the_other_with_one_line(tiny_npz, unequal_pa
 
 @pytest.mark.slow
 def test_a_duplicate_process_id_ends_both_with_one_line(tiny_npz, unequal_partition, tmp_path):
-  """Both processes given --process_id=0: each ends within the start-up bound, one line."""
+  """Both processes given --process_id=0: each ends within the start-up bound (here
+  SHORT_INIT_S through $FEDJAX_DRIFT_INIT_TIMEOUT_S), one line."""
   from fedjax_drift import distributed  # pylint: disable=g-import-not-at-top
   results = _cli_pair(tiny_npz, unequal_partition, tmp_path / 'run',
-                      ((), ('--process_id=0',)), timeout=distributed.INIT_TIMEOUT_S + 120)
+                      ((), ('--process_id=0',)), timeout=SHORT_INIT_S + 120,
+                      env_extra={distributed.INIT_TIMEOUT_ENV: str(SHORT_INIT_S)})
   for code, err, took in results:
     lines = err.strip().splitlines()
     assert code != 0 and len(lines) == 1 and lines[0].startswith('error: '), err[-3000:]
-    assert took <= distributed.INIT_TIMEOUT_S + 30, took
+    assert took <= SHORT_INIT_S + 30, took
 
 
 def test_peerwatch_reduces_any_runtime_abort_to_one_line():
