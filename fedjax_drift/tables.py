@@ -72,14 +72,16 @@ def read_runs(run_dir, grid_names=(), seed=0, column='test_accuracy') -> list:
           for run in out.values()]
 
 
-def run_metrics(curve, rounds, target, at=()):
-  """final, best, best up to half the budget (FedFOR Table 2), last-10% mean (IGFL), rounds
-  to the target accuracy, and accuracy at the rounds `at` (FedGKD Table 6), from one run's
-  evaluations [(round, accuracy)] (round 0, the initial model, is left out)."""
+def run_metrics(curve, rounds, target, at=(), half_round=None):
+  """final, best, best up to half the budget (FedFOR Table 2: up to `half_round`, default
+  rounds // 2), last-10% mean (IGFL), rounds to the target accuracy, and accuracy at the
+  rounds `at` (FedGKD Table 6), from one run's evaluations [(round, accuracy)] (round 0, the
+  initial model, is left out)."""
   acc = {t: a for t, a in curve if t > 0}
   ts = sorted(acc)
   last = [acc[t] for t in ts if t > rounds - max(1, math.ceil(rounds / 10))] or [acc[ts[-1]]]
-  half = [acc[t] for t in ts if t <= rounds // 2] or [float('nan')]
+  half_round = rounds // 2 if half_round is None else half_round
+  half = [acc[t] for t in ts if t <= half_round] or [float('nan')]
   reached = [t for t in ts if acc[t] >= target]
   return {'final': acc[ts[-1]], 'best': max(acc.values()), 'best_half': max(half),
           'last10': float(np.mean(last)),
@@ -102,11 +104,11 @@ def _diverged_metrics(at=()):
           'rounds_to_target': None, 'at': {t: math.nan for t in at}}
 
 
-def summarise(runs, rounds, target, at=()):
+def summarise(runs, rounds, target, at=(), half_round=None):
   """Per grid point of `runs` ([Run]): for each metric its statistics over the seeds
   (results.seed_stats) and its value per seed ('per_seed': {metric: {seed: value}}, for
   paired differences); 'val': the same metrics of the validation curve (selection), when
-  there is one; the mean curve."""
+  there is one; the mean curve. half_round: run_metrics' (default rounds // 2)."""
   points = {}
   for run in runs:
     points.setdefault(tuple(sorted(run.point.items())), []).append(run)
@@ -115,8 +117,8 @@ def summarise(runs, rounds, target, at=()):
     # A diverged run's evaluations stop before the last round: its metrics are nan (left out
     # of the means and intervals, counted in 'diverged'), not its accuracy before diverging.
     ok = [bool(r.curve) and r.curve[-1][0] >= rounds for r in mine]
-    ms = [run_metrics(r.curve, rounds, target, at) if good else _diverged_metrics(at)
-          for r, good in zip(mine, ok)]
+    ms = [run_metrics(r.curve, rounds, target, at, half_round) if good
+          else _diverged_metrics(at) for r, good in zip(mine, ok)]
     has_val = all(r.val_curve for r in mine)
     if has_val:
       for m, r, good in zip(ms, mine, ok):
@@ -132,8 +134,8 @@ def summarise(runs, rounds, target, at=()):
     if not all(ok):
       point['diverged'] = len(ok) - sum(ok)
     if has_val:
-      vms = [run_metrics(r.val_curve, rounds, target) if good else _diverged_metrics()
-             for r, good in zip(mine, ok)]
+      vms = [run_metrics(r.val_curve, rounds, target, (), half_round) if good
+             else _diverged_metrics() for r, good in zip(mine, ok)]
       point['val'] = {k: results.seed_stats([m[k] for m in vms]) for k in COLUMNS + OPTIONAL}
     kept = [r for r, good in zip(mine, ok) if good] or mine  # the mean curve of the finished
     rounds_ = [t for t, _ in min((r.curve for r in kept), key=len)]

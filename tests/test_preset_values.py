@@ -1,18 +1,24 @@
 """The audited preset values (issue 37 item 6), read from the loaded tables and resolved as the
 runner resolves them: where a validation split is carved, the client sizes the papers state,
 FedGKD's code conventions, FedGen's grid, FedFOR's input sizes and IGFL's attention record."""
+import dataclasses
+import json
 import os
 import sys
+import types
 
 import jax
+import numpy as np
 import pytest
 
-from fedjax_drift import models
+from fedjax_drift import models, study, tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'experiments'))
 from presetlib.loading import PRESETS  # noqa: E402
-from presetlib.tiers import TRAIN_SIZE, method_grid, resolve  # noqa: E402
+from presetlib.plans import to_config  # noqa: E402
+from presetlib.running import _finish_preset  # noqa: E402
+from presetlib.tiers import REPORT_KEYS, TRAIN_SIZE, half_round, method_grid, resolve  # noqa: E402
 
 FEDGKD = [n for n in PRESETS if n.startswith('fedgkd_') and n != 'fedgkd_toy']
 FEDGKD_CV = [n for n in FEDGKD if n not in ('fedgkd_text', 'fedgkd_loss_sst5')]
@@ -110,3 +116,74 @@ def test_igfl_paired_records_attention():
 def test_fedfor_concept_reports_the_average_best():
   assert PRESETS['fedfor_concept']['metric'] == 'avg_best'  # Table 5 "average best"
   assert PRESETS['fedfor_domainnet']['metric'] == 'best'  # Tables 3-4: best up to t
+
+
+def _half_rounds(name, mode='full'):
+  """{scenario: (rounds, half round)} of a preset's runs in `mode`."""
+  preset = PRESETS[name]
+  label = next(iter(preset['methods']))
+  out = {}
+  for s in preset['scenarios']:
+    rounds = resolve(name, mode, s, label)[0]['rounds']
+    out[s] = (rounds, half_round(preset, s, rounds))
+  return out
+
+
+def test_fedfor_half_budget_rounds_are_the_tables():
+  # Tables 2-3 (and Fig. 3's E=8): half of even budgets; Table 4: E=16's header t=15 of 25.
+  halves = {(200, 100), (100, 50), (50, 25)}
+  for name in ('fedfor_epochs', 'fedfor_alpha', 'fedfor_domainnet'):
+    assert set(_half_rounds(name).values()) <= halves, name
+  assert _half_rounds('fedfor_digits') == {'E=1': (100, 50), 'E=2': (100, 50),
+                                           'E=4': (50, 25), 'E=8': (50, 25),
+                                           'E=16': (25, 15)}
+
+
+def test_half_round_is_reporting_data_not_a_run_setting():
+  for name, preset in PRESETS.items():
+    for s, items in preset['scenarios'].items():
+      if 'half_round' in items:  # within the run, and never a Config value
+        assert 0 < items['half_round'][0] < items['rounds'][0], (name, s)
+      for label in preset['methods']:
+        assert not set(REPORT_KEYS) & set(resolve(name, 'full', s, label)[0]), (name, s)
+  # A cut run keeps the paper's share of the rounds: 15/25 of 10 is 6; without one, 10 // 2.
+  assert half_round(PRESETS['fedfor_digits'], 'E=16', 10) == 6
+  assert half_round(PRESETS['fedfor_digits'], 'E=8', 10) == 5
+
+
+def test_runner_reports_best_by_half_budget_at_the_scenario_round(tmp_path):
+  """fedfor_digits E=16's table takes the half budget at round 15 (Table 4), E=8 at 25."""
+  preset, live, done = PRESETS['fedfor_digits'], [], []
+  for s in ('E=16', 'E=8'):
+    config = to_config(*resolve('fedfor_digits', 'full', s, 'fedbn'))
+    config = dataclasses.replace(config, out=str(tmp_path / 'runs' / s))
+    curve = [(t, t / 100) for t in range(config.rounds + 1)]  # accuracy rises by 0.01/round
+    live.append((s, 'fedbn', config))
+    done.append(('ok', [tables.Run(seed, {}, curve, []) for seed in range(3)]))
+  results = {'preset': 'fedfor_digits', 'mode': 'full', 'title': preset['title'],
+             'paper': preset['paper'], 'metric': preset['metric'],
+             'accuracy': 'test_accuracy', 'cuts': [], 'date': 'today', 'scenarios': {},
+             'selection': {'select_on': 'test'}, 'references': []}
+  _finish_preset('fedfor_digits', 'full', None, None, 'test', lambda *_: None, preset,
+                 str(tmp_path), results, live, done)
+  with open(tmp_path / 'results.json') as f:
+    rows = {s: r[0] for s, r in json.load(f)['scenarios'].items()}
+  assert rows['E=16']['half_round'] == 15 and rows['E=8']['half_round'] == 25
+  assert rows['E=16']['best_half']['mean'] == pytest.approx(0.15)  # was round 25 // 2 = 12
+  assert rows['E=8']['best_half']['mean'] == pytest.approx(0.25)
+
+
+def test_fedgkd_vote_on_sst5_votes_on_a_training_carve():
+  """SST-5 selects on its dev split; the vote's 854 (10% of 8,544, as §5.1's CV split) are
+  training sentences drawn apart from every client, never the test or dev split."""
+  preset = PRESETS['fedgkd_text']
+  values, grid, seeds = resolve('fedgkd_text', 'full', 'SST-5', 'fedgkd_vote')
+  assert (values['val_fraction'], values['val_source']) == (0.0, 'dataset')
+  assert values['vote_val_size'] == round(0.1 * TRAIN_SIZE['sst5'])
+  assert preset['methods']['fedgkd_vote']['algo'] == 'fedgkd_vote'
+  n = TRAIN_SIZE['sst5']
+  data = types.SimpleNamespace(x_train=np.arange(n)[:, None], y_train=np.arange(n) % 5)
+  keep, server = study._validation_split(to_config(values, grid, seeds), data)
+  vote = np.asarray(server['x_val'])[:, 0]
+  assert len(vote) == 854 and len(keep) == n - 854  # the clients hold 7,690
+  assert not set(vote) & set(keep) and set(vote) | set(keep) == set(range(n))

@@ -16,7 +16,7 @@ from presetlib.jobs import Runner, accuracy_column, check_data, summarise
 from presetlib.loading import PRESETS, ROOT
 from presetlib.plans import pending_line, plan, to_config
 from presetlib.sharing import Sharing
-from presetlib.tiers import NO_SPLIT, SELECTION
+from presetlib.tiers import NO_SPLIT, SELECTION, half_round
 
 COMMITTED = os.path.join(ROOT, 'experiments', 'results')
 OVERWRITE = 'yes'  # Config.overwrite: replace only what fedjax-drift wrote
@@ -170,12 +170,13 @@ def _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir, r
       results.setdefault('diverged', []).append(f'{label} @ {scenario}: {runs}')
       log(f'[{name}/{scenario}] {label}: every run diverged ({runs})')
       continue
-    points = summarise(runs, config.rounds, config.target_accuracy, at)
+    half = half_round(preset, scenario, config.rounds)  # the paper's t, else rounds // 2
+    points = summarise(runs, config.rounds, config.target_accuracy, at, half)
     on = select_on if config.has_validation else 'test'
     best, on_test = tables.select(points, preset['metric'], on)
     results['scenarios'].setdefault(scenario, []).append(
         {'method': label, 'config': dataclasses.asdict(config), 'chosen': best['grid_point'],
-         'select_on': on, 'chosen_on_test': on_test['grid_point'],
+         'select_on': on, 'chosen_on_test': on_test['grid_point'], 'half_round': half,
          **({'shared_runs': os.path.relpath(shared[i], out_dir)} if i in shared else {}),
          **{k: best[k] for k in best if k != 'grid_point'}})
     log(f'[{name}/{scenario}] {label}: test {preset["metric"]} '

@@ -71,6 +71,23 @@ TRAIN_SIZE = {'cifar10': 50_000, 'cifar100': 50_000, 'tiny_imagenet': 100_000,
               'emnist': 697_932, 'embedded': 6_000, 'ag_news': 120_000, 'sst5': 8_544}
 
 
+# Scenario entries that say how its table reports the runs, not how they run (no Config
+# field): half_round, the last round of the "best by half budget" column (FedFOR Tables 2-4
+# head it "t="; Table 4's E=16 is 15 of 25 rounds, not 25 // 2).
+REPORT_KEYS = ('half_round',)
+
+
+def half_round(preset, scenario, rounds):
+  """The last round that the "best by half budget" column of a `rounds`-round run of
+  `scenario` counts: the scenario's half_round (the paper's table), scaled by rounds / its
+  full rounds when the run is cut (at least 1, at most rounds); rounds // 2 without one."""
+  own = preset['scenarios'][scenario].get('half_round')
+  if own is None:
+    return rounds // 2
+  full = preset['scenarios'][scenario].get('rounds', preset['setting'].get('rounds'))[0]
+  return max(1, min(rounds, round(own[0] * rounds / full)))
+
+
 def method_grid(preset, method):
   """{field: (values, source)}: the shared grid with the method's own entries replacing it."""
   return {**preset['grid'], **method['grid']}
@@ -96,7 +113,8 @@ def resolve(name, mode, scenario, label, rounds=None, seeds=None):
   method = preset['methods'][label]
   values = dict(SELECTION)
   values.update({k: val for k, (val, _) in preset['setting'].items()})
-  values.update({k: val for k, (val, _) in preset['scenarios'][scenario].items()})
+  values.update({k: val for k, (val, _) in preset['scenarios'][scenario].items()
+                 if k not in REPORT_KEYS})
   values.update({k: val for k, (val, _) in method['set'].items()})
   by_method = preset['scenario_extra'][scenario]['methods'].get(label, {})
   values.update({k: val for k, (val, _) in by_method.items()})
