@@ -108,9 +108,15 @@ def session_compile_cache(tmp_path_factory):
   and evaluation), and compiling each anew per test and per subprocess was most of the
   suite's time. Sharing stays hermetic: JAX keys an entry by the program, its compile
   options, the jaxlib version and the devices, so a hit returns what compiling would (tested
-  in test_compile_cache.py). Runs with `--compile_cache=auto` use it because JAX's own
+  in test_compile_cache.py); under pytest-xdist the workers share one. Runs with `--compile_cache=auto` use it because JAX's own
   $JAX_COMPILATION_CACHE_DIR wins there; the dataset cache and HOME stay per test."""
-  path = str(tmp_path_factory.mktemp('xla_cache'))
+  if os.environ.get('PYTEST_XDIST_WORKER'):
+    # pytest-xdist: the workers' base directories share a parent, and so does their cache
+    # (JAX locks its cache directory while it writes, so concurrent workers are safe).
+    path = str(tmp_path_factory.getbasetemp().parent / 'xla_cache')
+    os.makedirs(path, exist_ok=True)
+  else:
+    path = str(tmp_path_factory.mktemp('xla_cache'))
   with pytest.MonkeyPatch.context() as patch:
     # Subprocesses read these when they import JAX.
     patch.setenv('JAX_COMPILATION_CACHE_DIR', path)
@@ -147,3 +153,17 @@ def hermetic_environment(tmp_path_factory, monkeypatch):
   monkeypatch.setenv('MPLCONFIGDIR', str(root / 'mpl'))
   monkeypatch.setenv('HOME', str(home))
   yield root
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+  """How pytest-xdist's `--dist loadgroup` (the README's test command) spreads the suite: each
+  test file is one group, run by one worker, so its module fixtures are built once; a test
+  marked `spread` is a group of its own (the README's commands: one file holding half the
+  suite's time kept one worker busy long after the other had finished), and a test marked
+  `first` is handed out before the rest (the longest, so it does not start last)."""
+  del config
+  for item in items:
+    if item.get_closest_marker('spread') is None:
+      item.add_marker(pytest.mark.xdist_group(os.path.basename(str(item.path))))
+  items.sort(key=lambda item: item.get_closest_marker('first') is None)

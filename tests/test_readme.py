@@ -220,8 +220,15 @@ def test_readme_run_commands_parse_and_validate():
   assert checked >= 10  # the pages were parsed
 
 
+def _longest_first(item):
+  """The whole cpu tier (`presets.py all`) is the suite's longest test: it is handed out first."""
+  longest = item[1] != 'python' and item[2][1:3] == ['experiments/presets.py', 'all']
+  return pytest.param(item, id=_id(item), marks=[pytest.mark.first] if longest else [])
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize('item', RUNNABLE, ids=[_id(c) for c in RUNNABLE])
+@pytest.mark.spread  # each command on its own: together they are a third of the suite's time
+@pytest.mark.parametrize('item', [_longest_first(c) for c in RUNNABLE])
 def test_readme_command_runs(item, world, tmp_path):
   _, kind, payload = item
   if kind == 'python':
