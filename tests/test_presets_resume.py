@@ -14,39 +14,11 @@ import time
 import pytest
 
 import fedjax_drift
+from presets_helpers import SCRIPT, differences, reference, run_ids, scenarios, tiny
+import presets  # on the path through presets_helpers
+from presetlib import jobs, running
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, 'experiments'))
-import presets  # noqa: E402
-from presetlib import jobs, running  # noqa: E402
-
-SCRIPT = os.path.join(ROOT, 'experiments', 'presets.py')
-# Two method sweeps (FedADC in two scenarios), a checkpoint every 3 rounds.
-TINY = ['fedadc_cohort', '--mode=cpu', '--rounds=6', '--seeds=1']
-
-
-def _scenarios(results):
-  """results.json's rows without the run directories' paths (as JSON: tuples are lists)."""
-  results = json.loads(json.dumps(results))
-  return {s: [{k: ({c: v for c, v in val.items() if c != 'out'} if k == 'config' else val)
-               for k, val in r.items()} for r in rows]
-          for s, rows in results['scenarios'].items()}
-
-
-def _differences(a, b):
-  """What differs between two _scenarios (for the assertion's message)."""
-  return [(s, i, k, ra[k], rb.get(k)) for s in a for i, (ra, rb) in enumerate(zip(a[s], b[s]))
-          for k in ra if ra[k] != rb.get(k)]
-
-
-def _run_ids(out):
-  """{run directory: its record's run id} of every run directory under out/runs."""
-  ids = {}
-  for d in glob.glob(os.path.join(out, 'runs', '*')):
-    record = fedjax_drift.rundir.Record.load(d)
-    if record is not None:
-      ids[d] = record.run_id
-  return ids
+TINY = tiny(6)  # two method sweeps (FedADC in two scenarios), a checkpoint every 3 rounds
 
 
 def _children(pid):
@@ -80,8 +52,7 @@ def _gone(pids, within):
 
 @pytest.mark.slow
 def test_ctrl_c_is_one_line_and_a_rerun_gives_the_uninterrupted_tables(tmp_path):
-  reference = presets.run_preset('fedadc_cohort', 'cpu', rounds=6, seeds=1,
-                                 out_root=str(tmp_path / 'ref'), log=lambda *_: None)
+  uninterrupted = reference(tmp_path / 'ref', 6)
   out, log = str(tmp_path / 'cut'), str(tmp_path / 'cut.log')
   proc = _start(out, log)
   assert open(log).read().startswith('fedadc_cohort (cpu): 2 method sweep(s)')  # not buffered
@@ -93,19 +64,19 @@ def test_ctrl_c_is_one_line_and_a_rerun_gives_the_uninterrupted_tables(tmp_path)
   assert time.time() - t < 15 and proc.returncode == 130
   assert err.splitlines() == [f'error: interrupted; {presets.RESUME_HINT}'], err
   assert not _gone(workers, 15)
-  before = _run_ids(out)
+  before = run_ids(out)
   finished = {d for d in before if os.path.isfile(os.path.join(d, 'summary.json'))}
   stamps = {d: os.path.getmtime(os.path.join(d, 'summary.json')) for d in finished}
   rerun = subprocess.run([sys.executable, SCRIPT, *TINY, '--jobs=2', f'--out={out}'],
                          capture_output=True, text=True, timeout=600)
   assert rerun.returncode == 0, rerun.stderr
-  after = _run_ids(out)
+  after = run_ids(out)
   # Run directories with a record were kept (finished) or resumed (same run id), not restarted.
   assert before and all(after[d] == before[d] for d in before)
   assert all(os.path.getmtime(os.path.join(d, 'summary.json')) == stamps[d] for d in finished)
   cut = json.load(open(os.path.join(out, 'results.json')))
-  assert _scenarios(cut) == _scenarios(reference), _differences(_scenarios(cut),
-                                                              _scenarios(reference))
+  assert scenarios(cut) == scenarios(uninterrupted), differences(scenarios(cut),
+                                                               scenarios(uninterrupted))
   # A finished preset is refused without --resume/--overwrite; --resume rewrites its tables.
   again = subprocess.run([sys.executable, SCRIPT, *TINY, f'--out={out}'], capture_output=True,
                          text=True, timeout=600)
@@ -113,7 +84,7 @@ def test_ctrl_c_is_one_line_and_a_rerun_gives_the_uninterrupted_tables(tmp_path)
   resumed = subprocess.run([sys.executable, SCRIPT, *TINY, f'--out={out}', '--resume'],
                            capture_output=True, text=True, timeout=600)
   assert resumed.returncode == 0, resumed.stderr
-  assert _scenarios(json.load(open(os.path.join(out, 'results.json')))) == _scenarios(reference)
+  assert scenarios(json.load(open(os.path.join(out, 'results.json')))) == scenarios(uninterrupted)
 
 
 @pytest.mark.slow
