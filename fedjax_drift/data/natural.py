@@ -1,5 +1,5 @@
 """Natural federated datasets, with their own clients: FEMNIST by writer and Shakespeare by
-speaking role, read from TensorFlow Federated's h5 files or LEAF's JSON.
+speaking role, read from TensorFlow Federated's h5 files, LEAF's JSON or a Hugging Face folder.
 
 Layouts (as their publishers ship them):
   TFF h5      fed_emnist_train.h5 + fed_emnist_test.h5: examples/<client_id>/pixels (float32
@@ -10,6 +10,12 @@ Layouts (as their publishers ship them):
               "user_data": {uid: {"x": [...], "y": [...]}}}: FEMNIST x are 784 floats per image
               (1.0 = background), y class ids 0..61; Shakespeare x are 80-character strings and
               y the next character.
+  Hugging Face a folder of the hub's files (data/hubfiles.py: parquet, csv or arrow, as
+              `huggingface-cli download` or save_to_disk leave them) in flwrlabs' columns:
+              FEMNIST writer_id (string), image (PNG, 28x28 grey), character (class id
+              0..61); Shakespeare character_id (string), x (80 characters), y (the next
+              one). The hub ships only a training split: without a test split in the folder,
+              each client is split as LEAF's split_data.py splits it (leaf_split).
 
 FEMNIST pixels are stored as uint8 round(255 * p), so the model sees the files' own values
 (both sources derive them from 8-bit images, 1.0 = white background, not inverted). Shakespeare
@@ -26,13 +32,15 @@ natural:writer, natural:role) makes each of them a client, and --num_clients bel
 number picks a seeded subset (partitions.natural). The test split pools every client's test
 examples.
 """
+import io
 import json
 import os
 import re
 
 import numpy as np
+from PIL import Image
 
-from fedjax_drift.data import common
+from fedjax_drift.data import common, hubfiles
 from fedjax_drift.errors import UserError
 
 try:  # optional: only TFF's h5 files need it
@@ -46,6 +54,11 @@ SHAKESPEARE_H5 = ('shakespeare_train.h5', 'shakespeare_test.h5')
 LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
 SEQ_LEN = 80  # LEAF's window: 80 characters predict the 81st
 COLUMNS = {'femnist': 'writer', 'shakespeare': 'role'}
+# The hub's columns (flwrlabs/femnist, flwrlabs/shakespeare): (client, x, y).
+HF_COLUMNS = {'femnist': ('writer_id', 'image', 'character'),
+              'shakespeare': ('character_id', 'x', 'y')}
+TRAIN_FRACTION = 0.9  # LEAF's split_data.py default (--tf 0.9)
+SPLIT_SEED = 0  # the one-split hub folders' per-client split: fixed, so every run tests alike
 
 # Character -> id in LETTERS; anything else -> the space's id (see the module docstring).
 _IDS = np.full(1 << 16, LETTERS.index(' '), np.int32)  # the Basic Multilingual Plane
@@ -178,6 +191,89 @@ def shakespeare_leaf(folder):
   return read_leaf_split(folder, convert)
 
 
+# Hugging Face folders (data/hubfiles.py reads their tables).
+
+def by_client(clients, x, y):
+  """One split's rows -> {client: (x, y)}, each client's rows in file order."""
+  keys, inverse = np.unique(np.asarray(clients), return_inverse=True)
+  inverse = inverse.reshape(-1)
+  order = np.argsort(inverse, kind='stable')
+  bounds = np.cumsum(np.bincount(inverse, minlength=len(keys)))[:-1]
+  return {str(k): (x[rows], y[rows]) for k, rows in zip(keys, np.split(order, bounds))}
+
+
+def leaf_split(clients, temporal, rng):
+  """{client: (x, y)} -> (train, test) as LEAF's split_data.py --by sample splits a client:
+  clients with fewer than 2 examples dropped; k = max(1, int(0.9 n)) training examples (1 when
+  n = 2); Shakespeare (`temporal`) trains on the first k windows and tests on those from
+  k + 79 (no test window overlaps a training one), the others draw k at random (`rng`, one
+  draw per client in sorted order); a client left without test examples is dropped."""
+  train, test = {}, {}
+  for c in sorted(clients):
+    x, y = clients[c]
+    n = len(y)
+    if n < 2:
+      continue
+    k = 1 if n == 2 else max(1, int(TRAIN_FRACTION * n))
+    if temporal:
+      tr, te = np.arange(k), np.arange(k + SEQ_LEN - 1, n)
+    else:
+      tr = np.sort(rng.choice(n, k, replace=False))
+      te = np.setdiff1d(np.arange(n), tr)
+    if len(tr) and len(te):
+      train[c], test[c] = (x[tr], y[tr]), (x[te], y[te])
+  return train, test
+
+
+def _grey(data, where):
+  """Encoded image bytes -> uint8 [28, 28] (the PNG's own grey values)."""
+  try:
+    image = np.asarray(Image.open(io.BytesIO(data)).convert('L'))
+  except OSError as e:
+    raise UserError(f'{where}: an image does not decode ({e})') from None
+  if image.shape != (28, 28):
+    raise UserError(f'{where}: an image is {image.shape[1]}x{image.shape[0]}, not FEMNIST\'s '
+                    '28x28')
+  return image
+
+
+def femnist_table(table, where):
+  """flwrlabs/femnist's columns -> (writer ids, uint8 [n, 28, 28, 1], labels [n])."""
+  cols = hubfiles.columns(table, HF_COLUMNS['femnist'], where)
+  pictures = hubfiles.image_bytes(cols['image'], where)
+  x = np.stack([_grey(b, where) for b in pictures]) if pictures else np.zeros((0, 28, 28))
+  return cols['writer_id'], x[..., None].astype(np.uint8), np.asarray(cols['character'],
+                                                                      np.int64)
+
+
+def shakespeare_table(table, where):
+  """flwrlabs/shakespeare's columns (x: 80 characters, y: the next one) -> (role ids,
+  ids [n, 80], next ids [n])."""
+  cols = hubfiles.columns(table, HF_COLUMNS['shakespeare'], where)
+  xs, ys = cols['x'], cols['y']
+  if any(len(s) != SEQ_LEN for s in xs) or any(len(c) != 1 for c in ys):
+    raise UserError(f'{where} is not LEAF Shakespeare (x: {SEQ_LEN}-character strings, y: one '
+                    'character each)')
+  return cols['character_id'], char_ids(''.join(xs)).reshape(-1, SEQ_LEN), char_ids(''.join(ys))
+
+
+_HF_TABLE = {'femnist': femnist_table, 'shakespeare': shakespeare_table}
+
+
+def read_hf(name, folder):
+  """A Hugging Face folder of `name` -> ({client: (x, y)} train, test): its own test split
+  when it has one, else LEAF's per-client split of its one split (leaf_split, seed
+  SPLIT_SEED), as the hub's flwrlabs datasets ship only a training split."""
+  tables = hubfiles.read_splits(folder)
+  if 'train' not in tables:
+    raise UserError(f'{folder} has no training split (its files name {", ".join(tables)})')
+  where = f'--dataset={name} --data_dir={folder}'
+  train = by_client(*_HF_TABLE[name](tables['train'], f'{where} (train)'))
+  if 'test' in tables:
+    return train, by_client(*_HF_TABLE[name](tables['test'], f'{where} (test)'))
+  return leaf_split(train, name == 'shakespeare', np.random.default_rng(SPLIT_SEED))
+
+
 # ---------------------------------------------------------------------------------------------
 # Assembling a Dataset.
 
@@ -204,12 +300,18 @@ def assemble(name, train, test):
 
 
 def layout(folder):
-  """'h5' or 'leaf': what a folder holds (TFF's pair of h5 files; LEAF's train/ and test/, or
-  LEAF's data/ folder holding them), with the path to read; None when neither."""
+  """'leaf' or 'hf': what a folder holds besides TFF's h5 pair (LEAF's train/ and test/ of
+  .json, or LEAF's data/ folder holding them; else a Hugging Face folder's .parquet, .csv or
+  .arrow files), with the path to read; None when neither."""
+  if os.path.isfile(os.path.join(folder, 'dataset_dict.json')):  # save_to_disk's, not LEAF's
+    return 'hf', folder
   for sub in ('', 'data'):
     root = os.path.join(folder, sub) if sub else folder
-    if all(os.path.isdir(os.path.join(root, s)) for s in ('train', 'test')):
+    if all(os.path.isdir(os.path.join(root, s)) for s in ('train', 'test')) and any(
+        n.endswith('.json') for n in os.listdir(os.path.join(root, 'train'))):
       return 'leaf', root
+  if hubfiles.data_files(folder):
+    return 'hf', folder
   return None, folder
 
 
@@ -233,7 +335,8 @@ _LEAF = {'femnist': femnist_leaf, 'shakespeare': shakespeare_leaf}
 
 
 def read_folder(name, folder):
-  """`name`'s Dataset from a folder of TFF's two h5 files or LEAF's train/ and test/."""
+  """`name`'s Dataset from a folder of TFF's two h5 files, LEAF's train/ and test/, or a
+  Hugging Face folder (read_hf)."""
   if not os.path.isdir(folder):
     raise UserError(f'--data_dir={folder} is not a directory')
   files, read = _H5[name]
@@ -243,8 +346,11 @@ def read_folder(name, folder):
   if kind == 'leaf':
     return assemble(name, _LEAF[name](os.path.join(root, 'train')),
                     _LEAF[name](os.path.join(root, 'test')))
+  if kind == 'hf':
+    return assemble(name, *read_hf(name, folder))
   raise UserError(f'--data_dir={folder} holds neither TFF\'s {" + ".join(files)} nor LEAF\'s '
-                  'train/ and test/ folders of .json files')
+                  'train/ and test/ folders of .json files nor a Hugging Face folder\'s '
+                  '.parquet/.csv/.arrow files')
 
 
 def found_in(dirpath, files, subdirs):
@@ -282,17 +388,21 @@ def load(dataset, data_dir=None, **_):
 
 def _folder_files(dataset, folder):
   files, _ = _H5[dataset]
-  _, root = layout(folder)
+  kind, root = layout(folder)
+  if kind == 'hf':
+    return hubfiles.data_files(folder)
   return ([os.path.join(folder, f) for f in files]
           + common.files_under(os.path.join(root, 'train'))
           + common.files_under(os.path.join(root, 'test')))
 
 
 common.register_dataset(
-    'femnist', 'FEMNIST by writer (62 classes, 28x28): TFF\'s fed_emnist_{train,test}.h5 or '
-    'LEAF\'s train/ + test/ JSON, or imported; group column writer', load, importable=True,
+    'femnist', 'FEMNIST by writer (62 classes, 28x28): TFF\'s fed_emnist_{train,test}.h5, '
+    'LEAF\'s train/ + test/ JSON, a Hugging Face folder (flwrlabs/femnist), or imported; '
+    'group column writer', load, importable=True,
     folder_files=_folder_files, model='cnn_emnist')
 common.register_dataset(
     'shakespeare', 'Shakespeare by speaking role, LEAF\'s next-character task (80 symbols): '
-    'TFF\'s shakespeare_{train,test}.h5 or LEAF\'s JSON, or imported; group column role',
+    'TFF\'s shakespeare_{train,test}.h5, LEAF\'s JSON, a Hugging Face folder '
+    '(flwrlabs/shakespeare), or imported; group column role',
     load, importable=True, folder_files=_folder_files, model='char_lstm')
