@@ -21,10 +21,10 @@ from fedjax_drift import models, report
 FILE = 'best_val_params.npz'  # in the run directory while the run goes
 
 
-def wanted(config) -> bool:
-  """Whether the run saves its best-validation model: --save_params and a validation split."""
-  return bool(config.save_params) and (config.val_fraction > 0 or
-                                       config.val_source == 'dataset')
+def wanted(save_params, val_fraction, val_source) -> bool:
+  """Whether the run saves its best-validation model: --save_params and a validation split
+  (--val_fraction > 0 or --val_source=dataset)."""
+  return bool(save_params) and (val_fraction > 0 or val_source == 'dataset')
 
 
 def beside(save_params) -> str:

@@ -18,8 +18,8 @@ class Bounds:
   refused too (a two-sided interval refuses them anyway; NaN fails every comparison). allow:
   one value accepted outside the interval, a sentinel such as -1 = 'the default'. hint: said in
   parentheses after the rule ('or -1 for --beta', '0 = off'). wording: the rule's words where
-  they are not the interval's own. message: a whole message, formatted with config=the Config,
-  for a rule stated together with another field's.
+  they are not the interval's own. message: a whole message, formatted with the fields' values
+  by name ('{image_size}'), for a rule stated together with another field's.
   """
   low: float = -math.inf
   high: float = math.inf
@@ -57,10 +57,11 @@ class Bounds:
                f'{")" if self.high_open else "]"}')
     return f'{words} ({self.hint})' if self.hint else words
 
-  def error(self, name: str, value, config) -> str:
-    """The UserError text for field `name` holding `value` (outside these bounds) in config."""
+  def error(self, name: str, value, values) -> str:
+    """The UserError text for field `name` holding `value` (outside these bounds); values:
+    {field: value} of every field, for a `message` that names others."""
     if self.message:
-      return self.message.format(config=config)
+      return self.message.format(**values)
     return f'--{name}={value} must be {self.rule()}'
 
 

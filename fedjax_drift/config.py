@@ -34,8 +34,8 @@ GROUPS = ('data', 'model', 'local training', 'algorithm', 'server', 'run', 'outp
 
 
 # image_size and digits5_parts are checked with one message naming both.
-_IMAGES = ('--image_size={config.image_size} must be >= 0 and --digits5_parts='
-           '{config.digits5_parts} in 1..10')
+_IMAGES = ('--image_size={image_size} must be >= 0 and --digits5_parts='
+           '{digits5_parts} in 1..10')
 
 
 def _f(default, help_text, choices=None, group=None, *, bounds=None, gridable=False):

@@ -17,7 +17,7 @@ def each_field(config):
     value, bounds, choices = (getattr(config, f.name), f.metadata.get('bounds'),
                               f.metadata.get('choices'))
     if bounds is not None and not bounds.accepts(value):
-      raise UserError(bounds.error(f.name, value, config))
+      raise UserError(bounds.error(f.name, value, vars(config)))
     if choices and value not in choices:
       raise UserError(f'--{f.name}={value} is not one of '
                       f'{", ".join(choices)}{did_you_mean(value, choices)}')

@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import algorithms, engine, personalize, report
+from fedjax_drift import engine, personalize, report
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
 
@@ -61,15 +61,16 @@ FILES = ('client_acc.csv', 'features.npz', 'attention.npz', 'attention.csv')
 EVAL_COLUMNS = ('personalized_accuracy',)  # metrics.csv columns
 
 
-def enabled(config) -> bool:
-  """Whether any diagnostic is on (the host loop keeps a Recorder only then)."""
-  return bool(config.diag_client_acc or config.diag_features_rounds.strip()
-              or config.diag_attention or config.personalize_every_eval)
+def enabled(client_acc, features_rounds, attention, personalize_every_eval) -> bool:
+  """Whether any diagnostic is on (the host loop keeps a Recorder only then): the values of
+  --diag_client_acc, --diag_features_rounds, --diag_attention and --personalize_every_eval."""
+  return bool(client_acc or features_rounds.strip() or attention or personalize_every_eval)
 
 
-def feature_rounds(config) -> tuple:
-  """--diag_features_rounds as sorted distinct ints (() when empty); UserError when bad."""
-  text = config.diag_features_rounds.strip()
+def feature_rounds(text) -> tuple:
+  """--diag_features_rounds (text) as sorted distinct ints (() when empty); UserError when
+  bad."""
+  text = text.strip()
   if not text:
     return ()
   try:
@@ -82,35 +83,40 @@ def feature_rounds(config) -> tuple:
   return tuple(rounds)  # rounds after --rounds are reached if a --resume goes on that far
 
 
-def late_rounds_warning(config) -> str:
-  """A one-line warning naming the --diag_features_rounds after --rounds ('' when none):
-  they are kept (a --resume to more rounds writes them), but this run does not reach them."""
-  late = [r for r in feature_rounds(config) if r > config.rounds]
+def late_rounds_warning(features_rounds, rounds) -> str:
+  """A one-line warning naming the --diag_features_rounds (text) after --rounds ('' when
+  none): they are kept (a --resume to more rounds writes them), but this run does not reach
+  them."""
+  late = [r for r in feature_rounds(features_rounds) if r > rounds]
   if not late:
     return ''
   return (f'warning: --diag_features_rounds: round{"s" * (len(late) > 1)} '
-          f'{", ".join(map(str, late))} after --rounds={config.rounds} not written by this run '
+          f'{", ".join(map(str, late))} after --rounds={rounds} not written by this run '
           '(only if a --resume goes on that far)')
 
 
-def check(config):
-  """Refuses a diagnostic the run cannot give, in one line naming the flag."""
-  feature_rounds(config)
-  if config.diag_features_n < 1:
-    raise UserError(f'--diag_features_n={config.diag_features_n} must be >= 1')
-  if config.personalize_every_eval and config.personalize != 'calibrate':
+def check(features_rounds, features_n, personalize_every_eval, personalize):
+  """Refuses a diagnostic the run cannot give, in one line naming the flag: the values of
+  --diag_features_rounds, --diag_features_n, --personalize_every_eval and --personalize."""
+  feature_rounds(features_rounds)
+  if features_n < 1:
+    raise UserError(f'--diag_features_n={features_n} must be >= 1')
+  if personalize_every_eval and personalize != 'calibrate':
     raise UserError('--personalize_every_eval calibrates at every evaluation: add '
                     '--personalize=calibrate (and --test_partition=like_train)')
-  if config.diag_attention:
-    aggregator = algorithms.recipe(config).aggregator
-    if not aggregator.startswith('attention_') or aggregator == 'attention_global':
-      raise UserError(f'--diag_attention records a K x K attention matrix: use --algo=igfl or '
-                      f'igfl_s, or --aggregator=attention_self/time/time_rows (now '
-                      f'{aggregator}, which has '
-                      + ('one query)' if aggregator == 'attention_global' else 'none)'))
-    if config.scenario == 'longtail_stateless':
-      raise UserError('--diag_attention matches clients by their labels, but '
-                      '--scenario=longtail_stateless draws new clients every round')
+
+
+def check_attention(aggregator, scenario):
+  """Refuses --diag_attention (one line) unless the run's aggregator (its recipe's, after
+  --aggregator) has a K x K attention matrix and --scenario keeps its clients."""
+  if not aggregator.startswith('attention_') or aggregator == 'attention_global':
+    raise UserError(f'--diag_attention records a K x K attention matrix: use --algo=igfl or '
+                    f'igfl_s, or --aggregator=attention_self/time/time_rows (now '
+                    f'{aggregator}, which has '
+                    + ('one query)' if aggregator == 'attention_global' else 'none)'))
+  if scenario == 'longtail_stateless':
+    raise UserError('--diag_attention matches clients by their labels, but '
+                    '--scenario=longtail_stateless draws new clients every round')
 
 
 def step_inputs(exp):
@@ -200,7 +206,7 @@ class Recorder:
     self.num_runs = len(study.runs)
     self.client_rows = list(history.get('client_acc_rows', []))
     self.attention_rows = list(history.get('attention_rows', []))
-    self.features_at = feature_rounds(cfg)
+    self.features_at = feature_rounds(cfg.diag_features_rounds)
     self.features = {}   # round -> [runs, n, d]
     self.matrices = {}   # round -> (cohort [runs, K], attention [runs, K, K])
     self.dirty = set()

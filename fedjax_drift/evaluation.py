@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import algorithms, engine, registry
+from fedjax_drift import engine, registry
 from fedjax_drift.algorithms import fedbn
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
@@ -49,43 +49,45 @@ CLIENT_COLUMNS = ('client_mean_accuracy', 'client_std_accuracy', 'client_worst_a
                   'global_test_mean_accuracy')
 
 
-def keeps_norms_local(config) -> bool:
-  """Whether the algorithm keeps BatchNorm layers per client (FedBN's part, alone or composed)."""
-  return 'fedbn' in algorithms.recipe(config).parts
+def keeps_norms_local(recipe) -> bool:
+  """Whether an algorithm of `recipe` (algorithms.recipe's) keeps BatchNorm layers per client
+  (FedBN's part, alone or composed)."""
+  return 'fedbn' in recipe.parts
 
 
-def resolve(config) -> str:
-  """'global', 'fedbn' or 'local' for config.eval_protocol; refuses a protocol that cannot
-  hold."""
-  local = keeps_norms_local(config)
-  has_splits = config.partition == 'domains' or config.test_partition == 'like_train'
-  only_local = config.algo == 'local_only'
-  personal = algorithms.recipe(config).personal
-  if only_local and config.eval_protocol not in ('auto', 'local'):
-    raise UserError(f'--eval_protocol={config.eval_protocol}: --algo=local_only trains no '
+def resolve(eval_protocol, algo, recipe, partition, test_partition) -> str:
+  """'global', 'fedbn' or 'local' for --eval_protocol of --algo (whose recipe, after the
+  composition flags, is `recipe`) on --partition and --test_partition; refuses a protocol
+  that cannot hold."""
+  local = keeps_norms_local(recipe)
+  has_splits = partition == 'domains' or test_partition == 'like_train'
+  only_local = algo == 'local_only'
+  personal = recipe.personal
+  if only_local and eval_protocol not in ('auto', 'local'):
+    raise UserError(f'--eval_protocol={eval_protocol}: --algo=local_only trains no '
                     'global model; its protocol is local (each client\'s own model)')
-  if config.eval_protocol == 'local' and not personal:
+  if eval_protocol == 'local' and not personal:
     raise UserError('--eval_protocol=local tests the clients\' own models of a personalised '
-                    f'algorithm ({", ".join(personal_algorithms())}); --algo={config.algo} has '
+                    f'algorithm ({", ".join(personal_algorithms())}); --algo={algo} has '
                     'none (use global or auto)')
-  if config.eval_protocol == 'local' and not has_splits:
+  if eval_protocol == 'local' and not has_splits:
     raise UserError('--eval_protocol=local tests each client on its own test split: use '
                     '--partition=domains or --test_partition=like_train')
   if only_local:
     return 'local'
-  if config.eval_protocol == 'auto':
+  if eval_protocol == 'auto':
     if personal and has_splits:
       return 'local'
     return 'fedbn' if local and has_splits else 'global'
-  if config.eval_protocol == 'fedbn':
+  if eval_protocol == 'fedbn':
     if not local:
       raise UserError(f'--eval_protocol=fedbn evaluates each client\'s own BatchNorm layers, '
-                      f'but --algo={config.algo} keeps none local (use --algo=fedbn or '
+                      f'but --algo={algo} keeps none local (use --algo=fedbn or '
                       '--local_terms=fedbn)')
     if not has_splits:
       raise UserError('--eval_protocol=fedbn tests each client on its own test split: use '
                       '--partition=domains or --test_partition=like_train')
-  return config.eval_protocol
+  return eval_protocol
 
 
 def personal_algorithms() -> list:
@@ -117,13 +119,12 @@ def test_owner(test_parts, num_test) -> np.ndarray:
   return owner
 
 
-def check_validation(config):
-  """Refuses a validation split the protocol cannot score (one line naming the flag)."""
-  protocol = resolve(config)
-  server = config.val_source == 'dataset' or (config.val_fraction and
-                                               config.val_source == 'server')
+def check_validation(protocol, val_source, val_fraction):
+  """Refuses a validation split (--val_source, --val_fraction) that the resolved protocol
+  (`resolve`) cannot score (one line naming the flag)."""
+  server = val_source == 'dataset' or (val_fraction and val_source == 'server')
   if server and protocol in ('fedbn', 'local'):
-    raise UserError(f'--val_source={config.val_source}: --eval_protocol={protocol} tests each '
+    raise UserError(f'--val_source={val_source}: --eval_protocol={protocol} tests each '
                     'client\'s own model on its own data, and a server split has no client; '
                     'use --val_source=clients')
 
@@ -138,11 +139,11 @@ class Evaluator(NamedTuple):
   inputs: dict
 
 
-def make(study) -> Evaluator:
-  """The jitted evaluation of every run of a study (study.Study) under its protocol, on the
-  test set and (config.has_validation) on each run's validation split. Inputs are normalised as
-  training batches are (the pipeline's norm), never augmented."""
-  test = _with_client_columns(study, _make_test(study))
+def make(study, protocol) -> Evaluator:
+  """The jitted evaluation of every run of a study (study.Study) under `protocol` (resolve's),
+  on the test set and (config.has_validation) on each run's validation split. Inputs are
+  normalised as training batches are (the pipeline's norm), never augmented."""
+  test = _with_client_columns(study, _make_test(study, protocol))
   if study.experiments[0].validation is None:
     return test
   validate, val_inputs = (_make_local_validation(study) if test.protocol == 'local'
@@ -234,11 +235,11 @@ def _make_local_validation(study):
   return jax.jit(all_runs), inputs
 
 
-def _make_test(study) -> Evaluator:
+def _make_test(study, protocol) -> Evaluator:
   """make's test-set half."""
   cfg, exp = study.config, study.experiments[0]
   norm = exp.pipeline.norm if exp.pipeline is not None else None
-  ds, protocol = exp.dataset, resolve(exp.config)
+  ds = exp.dataset
   if protocol == 'local':
     return _make_local(study)
   columns = domain_columns(ds)

@@ -22,9 +22,9 @@ from fedjax_drift.data.federated import nbytes as federated_nbytes
 from fedjax_drift.state import ServerState
 
 
-def enabled(config) -> bool:
-  """Whether `config` keeps the per-client table in host memory (--client_state=host)."""
-  return config.client_state == 'host'
+def enabled(client_state) -> bool:
+  """Whether --client_state (its value) keeps the per-client table in host memory."""
+  return client_state == 'host'
 
 
 def bytes_per_round(table, cohort_size: int) -> int:
@@ -52,17 +52,17 @@ def on_host(state: ServerState) -> ServerState:
       state.clients))
 
 
-def cohort_program(config):
+def cohort_program(clients_per_round, cohort_sampler):
   """Jitted (state without its table, data, inputs) -> int32 [R, K]: the cohort of every
-  run's next round, drawn as engine.make_round draws it (study.Study's data and inputs)."""
+  run's next round, drawn as engine.make_round draws it (study.Study's data and inputs) with
+  --clients_per_round and --cohort_sampler."""
 
   def ids(state, data, inputs):
     cohorts = inputs.get('cohorts')  # --cohorts=file:, shared by every run
 
     def one(key, rnd, count, hist):
       return engine.cohort_ids(ServerState((), (), (), rnd, key), data._replace(
-          client_count=count, label_hist=hist), config.clients_per_round,
-          config.cohort_sampler, cohorts)
+          client_count=count, label_hist=hist), clients_per_round, cohort_sampler, cohorts)
 
     return jax.vmap(one)(state.key, state.round, data.client_count, data.label_hist)
 

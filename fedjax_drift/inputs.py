@@ -4,9 +4,9 @@ config.json stores path flags absolute (a relative path would resolve elsewhere 
 working directory) and, under `_resolved.inputs`, each input file's absolute path and sha256.
 TFDS datasets are fingerprinted by name and version.
 """
-import dataclasses
 import hashlib
 import os
+from typing import NamedTuple
 
 from fedjax_drift.data import common, sources, tokenization
 from fedjax_drift.errors import UserError
@@ -38,33 +38,41 @@ def absolute_flags(values: dict) -> dict:
   return {k: _absolute_flag(k, v) for k, v in values.items()}
 
 
-def absolutize(config):
-  """The Config with every path flag absolute (see absolute_flags)."""
-  names = ('dataset', 'partition', 'cohorts', 'data_dir', 'save_params', 'out', 'init_params',
-           'tokenizer', 'pretrained')
-  return dataclasses.replace(config, **absolute_flags({n: getattr(config, n) for n in names
-                                                       if hasattr(config, n)}))
+# The flags whose values hold paths (absolute_flags makes them absolute).
+PATH_FLAGS = ('dataset', 'partition', 'cohorts', 'data_dir', 'save_params', 'out',
+              'init_params', 'tokenizer', 'pretrained')
 
 
-def input_files(config) -> list:
-  """[(flag, absolute path)] of every file the run reads: dataset files, partition file,
-  cohorts file, --init_params, --tokenizer's and --pretrained's files."""
-  flag = '--data_dir' if config.data_dir and not config.dataset.startswith('npz:') \
+class Flags(NamedTuple):
+  """The values of the flags that name the files a run reads (their Config fields)."""
+  dataset: str
+  data_dir: str = ''
+  partition: str = ''
+  cohorts: str = ''
+  init_params: str = ''
+  tokenizer: str = 'auto'
+  pretrained: str = ''
+
+
+def input_files(flags: Flags) -> list:
+  """[(flag, absolute path)] of every file the run with these flags reads: dataset files,
+  partition file, cohorts file, --init_params, --tokenizer's and --pretrained's files."""
+  flag = '--data_dir' if flags.data_dir and not flags.dataset.startswith('npz:') \
       else '--dataset'
-  files = [(flag, p) for p in sources.dataset_files(config.dataset, config.data_dir)]
-  if config.partition.startswith('file:'):
-    files.append(('--partition', config.partition[5:]))
-  if getattr(config, 'cohorts', '').startswith('file:'):
-    files.append(('--cohorts', config.cohorts[5:]))
-  if getattr(config, 'init_params', ''):
-    files.append(('--init_params', config.init_params))
-  if getattr(config, 'tokenizer', 'auto') not in ('', 'auto'):  # text: the tokenizer's files
-    tok = config.tokenizer
+  files = [(flag, p) for p in sources.dataset_files(flags.dataset, flags.data_dir)]
+  if flags.partition.startswith('file:'):
+    files.append(('--partition', flags.partition[5:]))
+  if flags.cohorts.startswith('file:'):
+    files.append(('--cohorts', flags.cohorts[5:]))
+  if flags.init_params:
+    files.append(('--init_params', flags.init_params))
+  if flags.tokenizer not in ('', 'auto'):  # text: the tokenizer's files
+    tok = flags.tokenizer
     files += [('--tokenizer', p) for p in (common.files_under(tok) if os.path.isdir(tok)
                                            else [tok])]
-  if getattr(config, 'pretrained', ''):  # the checkpoint's config, weights and tokenizer
-    tokenization.check_pretrained(config.pretrained)  # before any work: a missing folder is named
-    files += [('--pretrained', p) for p in text_models.checkpoint_files(config.pretrained)]
+  if flags.pretrained:  # the checkpoint's config, weights and tokenizer
+    tokenization.check_pretrained(flags.pretrained)  # before any work: a missing folder is named
+    files += [('--pretrained', p) for p in text_models.checkpoint_files(flags.pretrained)]
   return [(flag, os.path.abspath(p)) for flag, p in files]
 
 
@@ -84,23 +92,24 @@ def _tfds_version(name, data_dir):
     return None  # unknown: the loader reports the real problem
 
 
-def fingerprint(config) -> dict:
-  """{'files': [{'flag', 'path', 'sha256'}], 'tfds': {'name', 'version'} or None}.
+def fingerprint(flags: Flags) -> dict:
+  """{'files': [{'flag', 'path', 'sha256'}], 'tfds': {'name', 'version'} or None} of the
+  inputs these flags name.
 
   Files that do not exist are left out: the loader names them with a better message.
   """
   files = [{'flag': flag, 'path': path, 'sha256': sha256(path)}
-           for flag, path in input_files(config) if os.path.isfile(path)]
+           for flag, path in input_files(flags) if os.path.isfile(path)]
   for entry in files:  # the packaged subset is known by name: the package may move
     if entry['path'] == os.path.abspath(sources.EMBEDDED_PATH):
       entry['path'] = 'embedded'
       entry['flag'] = '--dataset=embedded'
 
   tfds = None
-  if config.dataset.startswith('tfds:'):
-    name = config.dataset[5:]
-    tfds = {'name': name, 'data_dir': config.data_dir,
-            'version': _tfds_version(name, config.data_dir)}
+  if flags.dataset.startswith('tfds:'):
+    name = flags.dataset[5:]
+    tfds = {'name': name, 'data_dir': flags.data_dir,
+            'version': _tfds_version(name, flags.data_dir)}
   return {'files': files, 'tfds': tfds}
 
 

@@ -21,7 +21,8 @@ import dataclasses
 import os
 import time
 
-from fedjax_drift import applies, distributed, inputs, registry, report, results, rundir
+from fedjax_drift import (applies, distributed, inputs, registry, report, results, rundir,
+                          study)
 from fedjax_drift.config import Config, grid_points, parse_grid
 from fedjax_drift.errors import DivergenceError, UserError
 
@@ -84,9 +85,9 @@ def run_all(config: Config, log, run_one) -> dict:
   writer = distributed.is_writer()
   if not writer:  # process 0 speaks and writes
     log = lambda *a, **k: None
-  config = inputs.absolutize(config)
+  config = study.absolutize(config)
   run_dir = os.path.abspath(config.run_dir(time.strftime('%Y%m%d-%H%M%S')))
-  files = [path for _, path in inputs.input_files(config)]
+  files = [path for _, path in inputs.input_files(study.input_flags(config))]
   rundir.check_out(run_dir, config.resume, config.overwrite, files)
   configs = [method_config(config, m, run_dir, rest) for m in methods]
   for m, c in zip(methods, configs):

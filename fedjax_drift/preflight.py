@@ -26,7 +26,7 @@ def before_build(cfg, runs):
   (FedDyn, ResNet-18, 1,000 clients: 45 GB) it is what cannot fit."""
   def check(need, client_state):
     table = ''
-    if host_state.enabled(cfg):  # the table is in host memory: check it there
+    if host_state.enabled(cfg.client_state):  # the table is in host memory: check it there
       check_host_table(cfg, client_state * len(runs))
     elif client_state:
       table = (f'; the per-client state of --algo={cfg.algo} alone is '

@@ -237,14 +237,14 @@ def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
   return out
 
 
-def write(run_dir, cfg, summary_, per_run, log):
-  """runs.csv (the runs' scalar columns), summary.json and, with --scenario=concept_shift,
-  shifts.csv and one line per run about its shifts."""
+def write(run_dir, summary_, per_run, log, concept_shift):
+  """runs.csv (the runs' scalar columns), summary.json and, with concept_shift (the run's
+  --scenario=concept_shift), shifts.csv and one line per run about its shifts."""
   report.write_csv(os.path.join(run_dir, 'runs.csv'),
                    [{k: v for k, v in r.items() if not isinstance(v, (dict, list))}
                     for r in per_run])
   report.write_json(os.path.join(run_dir, 'summary.json'), summary_)
-  if cfg.scenario == 'concept_shift':
+  if concept_shift:
     report.write_csv(os.path.join(run_dir, 'shifts.csv'), shift_rows(per_run), SHIFT_COLUMNS)
     log_shifts(per_run, log)
 
@@ -284,9 +284,9 @@ def conv_impl(exp):
   return exp.model.conv_impl if exp.model.family == 'conv' else None
 
 
-def label(point, cfg) -> str:
-  """'lr=0.1, beta=0.5': a grid point as plots and logs name it (the algorithm without one)."""
-  return ', '.join(f'{k}={v:g}' for k, v in point.items()) or cfg.algo
+def label(point, algo) -> str:
+  """'lr=0.1, beta=0.5': a grid point as plots and logs name it (--algo without one)."""
+  return ', '.join(f'{k}={v:g}' for k, v in point.items()) or algo
 
 
 def run_label(spec) -> str:
@@ -316,7 +316,7 @@ def plot(study, prog, run_dir):
         continue
       rounds = sorted({r['round'] for r in mine})
       acc = np.array([[r['test_accuracy'] for r in mine if r['round'] == t] for t in rounds])
-      curves[label(point, cfg)] = (rounds, acc.mean(1), acc.std(1))
+      curves[label(point, cfg.algo)] = (rounds, acc.mean(1), acc.std(1))
     if curves:  # no curve when every run diverged
       report.plot_mean_curves(os.path.join(run_dir, 'accuracy.png'), curves,
                               f'{title}: {len(study.runs)} runs')
@@ -380,7 +380,7 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
     for g in summary_['grid_points']:
       if g['final_accuracy']['mean'] is None:
         continue
-      log(f'{label(g["grid_point"], cfg)}: final {g["final_accuracy"]["mean"]:.4f} +- '
+      log(f'{label(g["grid_point"], cfg.algo)}: final {g["final_accuracy"]["mean"]:.4f} +- '
           f'{g["final_accuracy"]["std"]:.4f}, best {g["best_accuracy"]["mean"]:.4f} +- '
           f'{g["best_accuracy"]["std"]:.4f} over {g["seeds"] - g["diverged"]} seed(s)'
           + (f' ({g["diverged"]} diverged)' if g['diverged'] else ''))
@@ -388,7 +388,7 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
     if chosen and chosen['grid_point'] is not None:
       test = chosen['last10_mean_accuracy']
       log(f'selected on {chosen["select_on"]} ({chosen["by"]}): '
-          f'{label(chosen["grid_point"], cfg)}; its test last-10% mean {test["mean"]:.4f}'
+          f'{label(chosen["grid_point"], cfg.algo)}; its test last-10% mean {test["mean"]:.4f}'
           + (f' [{test["ci95"][0]:.4f}, {test["ci95"][1]:.4f}]' if test['ci95'] else ''))
     log(f'done: {len(per_run)} runs; {timing} -> {summary_["run_dir"]}')
   bad = [r for r in per_run if r['status'] == 'diverged']

@@ -21,7 +21,7 @@ optimizer and the algorithms that scale by it (SCAFFOLD's c_i, FedFOR's alpha/et
 and FedADC's 1/eta_t and alpha eta_t: FedADC Alg. 2 l.12, l.16 and Alg. 3 write eta_t).
 Classifier calibration after training (--personalize) uses --lr itself.
 """
-import dataclasses
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import optax
@@ -44,12 +44,21 @@ def _exponential(init, steps, rate, staircase):
   return schedule
 
 
-def client_lr(config):
-  """round index -> client learning rate for config.lr_schedule (an optax.Schedule), or None
-  for constant: the registered schedule built from the fields it declares. config.lr,
-  lr_decay and lr_min may be traced (swept with --grid); lr_step_rounds and rounds are
-  static."""
-  return registry.build('lr_schedule', config.lr_schedule, config)
+class Flags(NamedTuple):
+  """The flags a learning-rate schedule reads: --lr_schedule, --lr, --rounds and those of its
+  kind. lr, lr_decay and lr_min may be traced (swept with --grid); the others are static."""
+  lr_schedule: str
+  lr: Any
+  rounds: int
+  lr_decay: Any
+  lr_step_rounds: int
+  lr_min: Any
+
+
+def client_lr(flags: Flags):
+  """round index -> client learning rate for flags.lr_schedule (an optax.Schedule), or None
+  for constant: the registered schedule built from the fields it declares."""
+  return registry.build('lr_schedule', flags.lr_schedule, flags)
 
 
 registry.register('lr_schedule', 'constant', 'eta_t = --lr', build=lambda v: None)
@@ -66,17 +75,18 @@ registry.register('lr_schedule', 'cosine', 'from eta down to eta * --lr_min over
 NAMES = registry.names('lr_schedule')
 
 
-def at_round(config, round_index):
-  """config with lr = the schedule's value at round_index (a traced int32 inside the round);
-  config itself, untouched, for constant (the program is then exactly the unscheduled one)."""
-  schedule = client_lr(config)
+def lr_at(schedule, lr, round_index):
+  """The client learning rate of round round_index (a traced int32 inside the round): the
+  schedule's value (client_lr), or lr itself, untouched, when schedule is None (constant: the
+  program is then exactly the unscheduled one)."""
   if schedule is None:
-    return config
-  return dataclasses.replace(config, lr=schedule(round_index).astype(jnp.float32))
+    return lr
+  return schedule(round_index).astype(jnp.float32)
 
 
-def diagnostics(config) -> dict:
-  """The round's learning rate as a rounds.csv column ('client_lr'), or {} for constant."""
-  if config.lr_schedule == 'constant':
+def diagnostics(schedule, lr) -> dict:
+  """The round's learning rate lr as a rounds.csv column ('client_lr'), or {} when schedule
+  is None (constant)."""
+  if schedule is None:
     return {}
-  return {'client_lr': jnp.asarray(config.lr, jnp.float32)}
+  return {'client_lr': jnp.asarray(lr, jnp.float32)}

@@ -29,7 +29,8 @@ from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
 from fedjax_drift.data import federated
 from fedjax_drift.errors import UserError
-from fedjax_drift.study import Experiment, Study, build, plan, prepare  # noqa: F401
+from fedjax_drift.study import (Experiment, Study, absolutize, build,  # noqa: F401
+                                eval_protocol, input_flags, plan, prepare)
 
 SECONDS_PER_CALL = 1.0  # the host wakes at least this often (progress), unless a round is longer
 SHIFT_COLUMNS = results.SHIFT_COLUMNS  # shifts.csv's columns, where callers have found them
@@ -70,13 +71,14 @@ def _run(config, log):
   compile_cache.use(config.compile_cache)
   if not distributed.is_writer():  # several processes: process 0 speaks and writes
     log, config = (lambda *a, **k: None), dataclasses.replace(config, progress=False)
-  config = inputs.absolutize(config)  # stored absolute: a resume elsewhere reads the same files
+  config = absolutize(config)  # stored absolute: a resume elsewhere reads the same files
   runs = plan(config)
   unread = applies.warning(config)  # flags the chosen algorithm and options never read
   if unread:
     log(unread)
-  if diagnostics.late_rounds_warning(config):
-    log(diagnostics.late_rounds_warning(config))
+  late = diagnostics.late_rounds_warning(config.diag_features_rounds, config.rounds)
+  if late:
+    log(late)
   run_dir = _check_outputs(config)
   distributed.barrier('outputs checked')  # before process 0 creates anything in them
   interrupts.describe(lambda signum: interrupts.message(
@@ -90,7 +92,8 @@ def _run(config, log):
         rundir.check_save_params(config.save_params, run_dir, _input_paths(config),
                                  config.overwrite, config.resume)
       log(f'fedjax-drift: {config.algo}, {len(runs)} run(s): loading data and compiling...')
-      fingerprint = inputs.fingerprint(config)  # of the bytes read: taken before, checked after
+      # of the bytes read: taken before, checked after
+      fingerprint = inputs.fingerprint(input_flags(config))
       study = distributed.place(build(config, runs, preflight.before_build(config, runs)))
       inputs.check_unchanged(fingerprint, run_dir, while_reading=True)
       interrupts.check()
@@ -119,7 +122,7 @@ def _check_outputs(config):
   files = _input_paths(config)
   rundir.check_out(run_dir, config.resume, config.overwrite, files)
   rundir.check_save_params(config.save_params, run_dir, files, config.overwrite, config.resume)
-  if best_val.wanted(config):
+  if best_val.wanted(config.save_params, config.val_fraction, config.val_source):
     rundir.check_save_params(best_val.beside(config.save_params), run_dir, files,
                              config.overwrite, config.resume)
   if config.resume:
@@ -128,7 +131,7 @@ def _check_outputs(config):
 
 
 def _input_paths(config):
-  return [path for _, path in inputs.input_files(config)]
+  return [path for _, path in inputs.input_files(input_flags(config))]
 
 
 def _check_resumable(config, run_dir):
@@ -167,7 +170,7 @@ def _compile(study: Study) -> Compiled:
   """Compiles the segment ahead of time and refuses what XLA says cannot fit."""
   cfg = study.config
   t = time.perf_counter()
-  host = host_state.enabled(cfg)
+  host = host_state.enabled(cfg.client_state)
   state = host_state.device_state(study.state, cfg.clients_per_round) if host else study.state
   segment = segment_program(study).lower(state, study.data, study.inputs,
                                          jnp.int32(1)).compile()
@@ -177,8 +180,9 @@ def _compile(study: Study) -> Compiled:
                 f'lower --run_chunk, --cohort_chunk (now {study.experiments[0].chunk}), '
                 '--clients_per_round or --batch_size')
   if host:  # one round per call, the cohort's rows copied in and out (host_state.py)
-    cohort_fn = host_state.cohort_program(cfg).lower(  # compiled now, with the segment
-        study.state._replace(clients=()), study.data, study.inputs).compile()
+    cohort_fn = host_state.cohort_program(  # compiled now, with the segment
+        cfg.clients_per_round, cfg.cohort_sampler).lower(
+            study.state._replace(clients=()), study.data, study.inputs).compile()
     segment = functools.partial(host_state.run_round, segment, cohort_fn)
   return Compiled(segment, _make_evaluator(study), compile_s, need)
 
@@ -204,7 +208,7 @@ def _make_evaluator(study):
   # The protocol (the global model, or FedBN's per-client models), its per-domain columns,
   # test inputs normalised as training batches, labels under each run's current concept:
   # all evaluation.py's.
-  return evaluation.make(study)
+  return evaluation.make(study, eval_protocol(study.config))
 
 
 def _open_run_dir(study, run_dir, log, fingerprint) -> Output:
@@ -290,7 +294,7 @@ def _resolved_config(study, run_dir, fingerprint):
       'weighting_source': algorithms.weighting_source(cfg),
       'beta_local': exp.config.beta_local, 'beta_global': exp.config.beta_global,
       'backend': jax.default_backend(), 'jax_version': jax.__version__,
-      'eval_protocol': evaluation.resolve(exp.config),
+      'eval_protocol': eval_protocol(exp.config),
       'domain_columns': evaluation.domain_columns(exp.dataset),
       'inputs': fingerprint, 'normalization': _normalization(exp)})
   return resolved
@@ -326,7 +330,7 @@ def _log_header(study, compiled, run_dir, log):
       f'round; per-client state '
       f'{n_clients} clients x {state_bytes // max(n_clients, 1):,} bytes = {state_bytes:,} '
       f'bytes per run; run directory {run_dir}')
-  if host_state.enabled(cfg):
+  if host_state.enabled(cfg.client_state):
     log(f'--client_state=host: the per-client state table is in host memory; each round '
         f'copies the cohort\'s rows in and out: '
         f'{host_state.bytes_per_round(study.state.clients, cfg.clients_per_round):,} bytes '
@@ -428,7 +432,7 @@ def _loop(study, compiled, out, log):
   cfg = study.config
   if out.restored is not None:
     state, history = out.restored
-    if host_state.enabled(cfg):  # the restored table goes back to host memory
+    if host_state.enabled(cfg.client_state):  # the restored table goes back to host memory
       state = host_state.on_host(state)
     log(f'resumed from the checkpoint at round {int(state.round[0])}')
   else:
@@ -436,11 +440,13 @@ def _loop(study, compiled, out, log):
   prog = _Progress(study, history)
   ev = compiled.evaluate
   done = int(state.round[0])
-  if diagnostics.enabled(cfg):
+  if diagnostics.enabled(cfg.diag_client_acc, cfg.diag_features_rounds, cfg.diag_attention,
+                         cfg.personalize_every_eval):
     prog.diag = diagnostics.Recorder(study, history, out.run_dir,
                                      done if out.restored is not None else None, log)
     prog.diag.at_stop(done, state.params)  # features of the initial model (round 0)
-  if best_val.wanted(cfg) and not distributed.active():
+  if (best_val.wanted(cfg.save_params, cfg.val_fraction, cfg.val_source)
+      and not distributed.active()):
     prog.best_val = best_val.Tracker(out.run_dir, prog.num_runs, prog.eval_rows)
   elapsed0 = prog.eval_rows[-1]['elapsed_s'] if prog.eval_rows else 0.0
   if not prog.eval_rows:
@@ -453,7 +459,7 @@ def _loop(study, compiled, out, log):
     interrupts.check()  # a signal whose raise something swallowed
     next_eval = min((done // cfg.eval_every + 1) * cfg.eval_every, cfg.rounds)
     stop = min(next_eval, (prog.diag and prog.diag.next_stop(done)) or next_eval)
-    n = 1 if host_state.enabled(cfg) else min(per_call, stop - done)
+    n = 1 if host_state.enabled(cfg.client_state) else min(per_call, stop - done)
     t = time.perf_counter()
     state, seg_metrics = compiled.segment(state, study.data, study.inputs, jnp.int32(n))
     seg_metrics, diverged_at = jax.device_get((seg_metrics, state.diverged_at))
@@ -485,7 +491,8 @@ def _loop(study, compiled, out, log):
 
 def _evaluate(ev, state, prog):
   """The evaluation's metrics [runs] on the host, with the diagnostics' columns if any."""
-  if host_state.enabled(prog.study.config) and not _evaluation_reads_clients(prog.study.config):
+  cfg = prog.study.config
+  if host_state.enabled(cfg.client_state) and not _evaluation_reads_clients(cfg):
     state = state._replace(clients=())  # the host table would be copied to the device unread
   result = jax.device_get(ev.evaluate(state, ev.inputs))
   if prog.diag:
@@ -498,7 +505,8 @@ def _evaluate(ev, state, prog):
 
 def _evaluation_reads_clients(cfg):
   """Whether the evaluation reads the per-client table (clients' own norms or models)."""
-  return evaluation.resolve(cfg) != 'global' or evaluation.keeps_norms_local(cfg)
+  return (eval_protocol(cfg) != 'global'
+          or evaluation.keeps_norms_local(algorithms.recipe(cfg)))
 
 
 def _record(cfg, out, prog, state, done, last_checkpoint):
@@ -560,7 +568,7 @@ def _finish(study, compiled, out, state, prog, train_s, total_s, log):
   summary = results.summary(study, per_run, out.run_dir, compiled, total_s, train_s)
   if not distributed.is_writer():  # process 0 writes the results
     return results.report_end(study, summary, per_run, total_s, compiled.compile_s, log)
-  results.write(out.run_dir, cfg, summary, per_run, log)
+  results.write(out.run_dir, summary, per_run, log, cfg.scenario == 'concept_shift')
   _plot(study, prog, out.run_dir)
   if cfg.save_params:
     out.record.add_output(cfg.save_params, save_params(

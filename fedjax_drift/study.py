@@ -23,13 +23,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import (algorithms, applies, engine, errors, evaluation, models, saved,
-                          schedules)
+from fedjax_drift import (algorithms, applies, engine, errors, evaluation, inputs, models,
+                          saved, schedules)
 from fedjax_drift import diagnostics
 from fedjax_drift import unreliable
 from fedjax_drift import registry
 from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
-from fedjax_drift.data import domains, federated, partitions, scenarios, sources
+from fedjax_drift.data import domains, federated, partitions, sources
+from fedjax_drift.data import scenarios  # noqa: F401 (registers what _build_run builds)
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
 from fedjax_drift.state import ServerState
@@ -92,12 +93,26 @@ def resolve(config: Config) -> Config:
       beta_global=config.beta if config.beta_global < 0 else config.beta_global)
 
 
+def absolutize(config: Config) -> Config:
+  """config with every path flag absolute (inputs.absolute_flags of inputs.PATH_FLAGS)."""
+  return dataclasses.replace(config, **inputs.absolute_flags(
+      {n: getattr(config, n) for n in inputs.PATH_FLAGS}))
+
+
+def input_flags(config: Config) -> inputs.Flags:
+  """The values of config's flags that name the files its runs read (inputs.Flags)."""
+  return inputs.Flags(**{n: getattr(config, n) for n in inputs.Flags._fields})
+
+
 def plan(config: Config) -> list:
   """The runs of `config`: grid points (outer) x seeds (inner), each validated up front."""
   config.validate()
   grid = parse_grid(config.grid)
   applies.check_grid(config, grid)  # an axis nothing reads would only repeat runs
-  diagnostics.check(config)
+  diagnostics.check(config.diag_features_rounds, config.diag_features_n,
+                    config.personalize_every_eval, config.personalize)
+  if config.diag_attention:
+    diagnostics.check_attention(algorithms.recipe(config).aggregator, config.scenario)
   runs = []
   for point in grid_points(grid):
     label = ', '.join(f'{k}={v:g}' for k, v in point.items())
@@ -120,12 +135,20 @@ class _Shared(NamedTuple):
   inits: dict = None  # the runs' compiled model inits, one per model (_build_run)
 
 
+def eval_protocol(config: Config) -> str:
+  """The protocol config's runs are tested under (evaluation.resolve of its values)."""
+  return evaluation.resolve(config.eval_protocol, config.algo, algorithms.recipe(config),
+                            config.partition, config.test_partition)
+
+
 def _load(config) -> _Shared:
   algorithms.recipe(config)  # fail on a bad --algo / --local_terms before any work
-  evaluation.resolve(config)  # and on an --eval_protocol the algorithm cannot give
-  evaluation.check_validation(config)  # or a validation split it cannot score
+  protocol = eval_protocol(config)  # and on an --eval_protocol the algorithm cannot give
+  # or a validation split it cannot score
+  evaluation.check_validation(protocol, config.val_source, config.val_fraction)
   dataset = sources.load(config.dataset, config.data_dir or None,
-                         **sources.load_options(config))
+                         **{k: getattr(config, k) for k in sources.LOAD_OPTIONS
+                            if hasattr(config, k)})
   _check_structure(config, dataset)
   input_pipeline.check(dataset.x_train, config.augment, config.normalize, config.normalize_mean,
                        config.normalize_std)
@@ -336,7 +359,9 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   model = models.get(**model_args)
   algo = algorithms.get(config.algo, config, model, server_data)
   schedule = engine.Schedule(config.batch_size, config.local_steps, config.local_epochs)
-  scenario = scenarios.from_config(config, ds)
+  # The registered scenario built from the fields it declares, over the training labels.
+  scenario = registry.build('scenario', config.scenario, config, num_classes=ds.num_classes,
+                            y_train=ds.y_train)
   counts = np.array([len(p) for p in train_parts])
   if scenario.fresh_cohort is not None:
     counts = np.array([scenario.max_examples])
@@ -492,18 +517,24 @@ def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk
   schedule the config is untouched and the program is the unscheduled one. cohorts: see
   engine.make_round (--cohorts=file:), or None to sample. cohort_rows: state.clients holds
   the cohort's rows only (--client_state=host; engine.make_round)."""
+  lr_flags = schedules.Flags(config.lr_schedule, config.lr, config.rounds, config.lr_decay,
+                             config.lr_step_rounds, config.lr_min)
 
   def round_fn(state, data):
-    at_round = schedules.at_round(config, state.round)
-    algo = algorithms.get(at_round.algo, at_round, model, server_data)
+    lr_schedule = schedules.client_lr(lr_flags)
+    lr = schedules.lr_at(lr_schedule, config.lr, state.round)
+    # The one read of the round's lr through a Config: algorithms.get builds each registered
+    # part from a Config (registry.Values), and several read lr (SCAFFOLD, FedFOR, SlowMo...).
+    at_round = config if lr is config.lr else dataclasses.replace(config, lr=lr)
+    algo = algorithms.get(config.algo, at_round, model, server_data)
     state, metrics = engine.make_round(
-        algo, schedule, max_local_steps, at_round.clients_per_round,
-        algorithms.weighting(at_round), chunk, at_round.cohort_sampler, at_round.devices,
+        algo, schedule, max_local_steps, config.clients_per_round,
+        algorithms.weighting(config), chunk, config.cohort_sampler, config.devices,
         scenario, pipeline, client_probe, config.diag_attention, cohorts,
-        unreliable.from_values(at_round.dropout_prob, at_round.straggler_frac,
-                               at_round.straggler_min_steps),
+        unreliable.from_values(config.dropout_prob, config.straggler_frac,
+                               config.straggler_min_steps),
         cohort_rows=cohort_rows)(state, data)
-    return state, {**metrics, **schedules.diagnostics(at_round)}
+    return state, {**metrics, **schedules.diagnostics(lr_schedule, lr)}
 
   return round_fn
 

@@ -43,15 +43,16 @@ def _rows(path):
 def test_auto_protocol(kw, expected):
   base = dict(partition='domains', model='mlp_bn')
   base.update(kw)
-  assert evaluation.resolve(fedjax_drift.Config(**base)) == expected
+  assert study_lib.eval_protocol(fedjax_drift.Config(**base)) == expected
 
 
 def test_fedbn_protocol_refused_where_it_cannot_hold():
   with pytest.raises(fedjax_drift.UserError, match='--algo=fedavg keeps none local'):
-    evaluation.resolve(fedjax_drift.Config(algo='fedavg', partition='domains',
-                                           eval_protocol='fedbn'))
+    study_lib.eval_protocol(fedjax_drift.Config(algo='fedavg', partition='domains',
+                                                eval_protocol='fedbn'))
   with pytest.raises(fedjax_drift.UserError, match='--partition=domains or --test_partition'):
-    evaluation.resolve(fedjax_drift.Config(algo='fedbn', partition='iid', eval_protocol='fedbn'))
+    study_lib.eval_protocol(fedjax_drift.Config(algo='fedbn', partition='iid',
+                                                eval_protocol='fedbn'))
 
 
 def _numpy_logits(named, x):

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from fedjax_drift import inputs, rundir
+from fedjax_drift import inputs, rundir, study
 from fedjax_drift.data import common, partitions, tokenization
 from fedjax_drift.errors import UserError
 from helpers import tiny_config
@@ -75,4 +75,4 @@ def test_a_missing_pretrained_folder_is_named_before_any_work(tmp_path, tiny_npz
     tokenization.check_pretrained(missing)
   config = tiny_config(tiny_npz, unequal_partition, pretrained=missing)
   with pytest.raises(UserError, match='does not exist'):
-    inputs.input_files(config)
+    inputs.input_files(study.input_flags(config))

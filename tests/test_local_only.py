@@ -65,7 +65,7 @@ def _evaluate(config, rounds):
   state, step = s.state, jax.jit(s.step)
   for _ in range(rounds):
     state = step(state, s.data, s.inputs)[0]
-  ev = evaluation.make(s)
+  ev = evaluation.make(s, study.eval_protocol(s.config))
   return s, state, jax.device_get(ev.evaluate(state, ev.inputs))
 
 
@@ -87,7 +87,7 @@ def test_local_protocol_reports_own_splits_and_the_whole_test_set(tiny_npz, uneq
          for m, p in zip(models, exp.test_parts) if len(p)]
   whole = [_accuracy(m, data['x_test'], data['y_test']) for m in models]
   mean, std, worst = _client_stats(own)
-  assert evaluation.resolve(config) == 'local'
+  assert study.eval_protocol(config) == 'local'
   np.testing.assert_allclose(result['accuracy'][0], mean, rtol=1e-6)
   np.testing.assert_allclose(result['client_mean_accuracy'][0], mean, rtol=1e-6)
   np.testing.assert_allclose(result['client_std_accuracy'][0], std, rtol=1e-5, atol=1e-7)
@@ -164,4 +164,4 @@ def test_combinations_that_mean_nothing_are_refused(flags, message):
   config = fedjax_drift.Config(test_partition='like_train', **flags)
   with pytest.raises(UserError, match=message):
     fedjax_drift.algorithms.recipe(config)
-    evaluation.resolve(config)
+    study.eval_protocol(config)

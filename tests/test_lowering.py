@@ -131,7 +131,7 @@ def lower_for_accelerators(config, with_evaluation=False):
       traces[choice] = [simulation.segment_program(study, platform).trace(
           study.state, study.data, study.inputs, jnp.int32(1))]
       if with_evaluation:
-        ev = evaluation.make(study)
+        ev = evaluation.make(study, study_lib.eval_protocol(study.config))
         traces[choice].append(ev.evaluate.trace(study.state, ev.inputs))
     texts = [t.lower(lowering_platforms=(platform,)).as_text() for t in traces[choice]]
     out[platform] = (study, texts)

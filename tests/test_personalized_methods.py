@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import evaluation
+from fedjax_drift import evaluation, study
 from fedjax_drift.algorithms import fedrep
 from fedjax_drift.errors import UserError
 from helpers import check_sweep_equals_single_runs_and_resumes, cohort_and_batches, tiny_config
@@ -336,14 +336,14 @@ def test_apfl(tiny_npz, unequal_partition, alpha_lr):
 def test_protocol_local_for_personal_methods_and_refusals():
   base = dict(dataset='embedded', test_partition='like_train')
   for algo in ('ditto', 'fedrep', 'pfedme', 'apfl', 'local_only'):
-    assert evaluation.resolve(fedjax_drift.Config(algo=algo, **base)) == 'local'
+    assert study.eval_protocol(fedjax_drift.Config(algo=algo, **base)) == 'local'
     assert algo in evaluation.personal_algorithms()
-  assert evaluation.resolve(fedjax_drift.Config(algo='ditto', dataset='embedded')) == 'global'
+  assert study.eval_protocol(fedjax_drift.Config(algo='ditto', dataset='embedded')) == 'global'
   with pytest.raises(UserError, match='--eval_protocol=local.*--algo=fedavg'):
-    evaluation.resolve(fedjax_drift.Config(algo='fedavg', eval_protocol='local', **base))
+    study.eval_protocol(fedjax_drift.Config(algo='fedavg', eval_protocol='local', **base))
   with pytest.raises(UserError, match='--test_partition=like_train'):
-    evaluation.resolve(fedjax_drift.Config(algo='ditto', eval_protocol='local',
-                                           dataset='embedded'))
+    study.eval_protocol(fedjax_drift.Config(algo='ditto', eval_protocol='local',
+                                            dataset='embedded'))
   with pytest.raises(UserError, match='--local_terms=prox does not combine with --algo=apfl'):
     fedjax_drift.prepare(fedjax_drift.Config(algo='apfl', local_terms='prox', model='logreg',
                                              dataset='embedded', num_clients=4,

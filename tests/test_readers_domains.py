@@ -180,9 +180,9 @@ def test_data_dir_inputs_are_fingerprinted(domainnet_dir, digits5_dir):
   """--resume refuses changed inputs: the pickles a --data_dir read opens are listed."""
   from fedjax_drift import inputs  # pylint: disable=g-import-not-at-top
   import fedjax_drift  # pylint: disable=g-import-not-at-top
-  files = inputs.input_files(fedjax_drift.Config(dataset='domainnet', data_dir=domainnet_dir[0]))
+  files = inputs.input_files(inputs.Flags('domainnet', domainnet_dir[0]))
   assert len(files) == 12 and all(p.endswith('.pkl') for _, p in files)
-  files = inputs.input_files(fedjax_drift.Config(dataset='digits5', data_dir=digits5_dir[0]))
+  files = inputs.input_files(inputs.Flags('digits5', digits5_dir[0]))
   assert len(files) == 5 * (3 + 1) and {f for f, _ in files} == {'--data_dir'}
 
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_drift import inputs, interrupts, report, rundir
+from fedjax_drift import inputs, interrupts, report, rundir, study
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.data import sources
 from fedjax_drift.errors import UserError
@@ -184,9 +184,9 @@ def test_fingerprint_and_changed_input(tmp_path, tiny_npz, unequal_partition, mo
   part = tmp_path / 'parts.json'
   part.write_text(open(unequal_partition).read())
   monkeypatch.chdir(tmp_path)
-  config = inputs.absolutize(tiny_config(tiny_npz, 'parts.json'))
+  config = study.absolutize(tiny_config(tiny_npz, 'parts.json'))
   assert config.partition == f'file:{part}'
-  saved = inputs.fingerprint(config)
+  saved = inputs.fingerprint(study.input_flags(config))
   assert {e['path'] for e in saved['files']} == {tiny_npz, str(part)}
   inputs.check_unchanged(saved, 'RUN')
   part.write_text(part.read_text().replace('[', '[ ', 1))

@@ -45,7 +45,7 @@ def _run(tiny_npz, unequal_partition, out, **flags):
 ])
 def test_schedule_value_matches_its_formula(kind, flags):
   config = fedjax_drift.Config(lr=LR, rounds=7, lr_schedule=kind, **flags).validate()
-  schedule = jax.jit(schedules.client_lr(config))
+  schedule = jax.jit(schedules.client_lr(_flags(config)))
   want = [formula(kind, t, 7, flags.get('lr_decay', 0), flags.get('lr_step_rounds', 0),
                   flags.get('lr_min', 0)) for t in range(9)]
   got = [float(schedule(jnp.int32(t))) for t in range(9)]
@@ -80,7 +80,8 @@ def test_constant_is_the_unscheduled_round_bit_for_bit(tiny_npz, unequal_partiti
   column) and gives exactly what the round built as before schedules existed gives."""
   config = tiny_config(tiny_npz, unequal_partition, algo='fedadc', clients_per_round=3,
                        rounds=3)
-  assert schedules.at_round(config, jnp.int32(2)) is config
+  assert schedules.client_lr(_flags(config)) is None
+  assert schedules.lr_at(None, config.lr, jnp.int32(2)) is config.lr
   exp = study.prepare(config)
   algo = algorithms.get(config.algo, exp.config, exp.model, exp.server_data)
   before = engine.make_round(algo, exp.schedule, exp.max_local_steps, config.clients_per_round,
@@ -95,6 +96,12 @@ def test_constant_is_the_unscheduled_round_bit_for_bit(tiny_npz, unequal_partiti
     assert 'client_lr' not in metrics
   for a, b in zip(_leaves(states[0]), _leaves(states[1])):
     np.testing.assert_array_equal(a, b)
+
+
+def _flags(config):
+  """schedules.Flags of a Config (as study.scheduled_round unpacks them)."""
+  return schedules.Flags(config.lr_schedule, config.lr, config.rounds, config.lr_decay,
+                         config.lr_step_rounds, config.lr_min)
 
 
 def _leaves(tree):

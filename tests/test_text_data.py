@@ -344,19 +344,20 @@ def test_registry_lists_the_text_datasets():
 
 
 def test_run_inputs_fingerprint_text_files_and_tokenizer(tmp_path, monkeypatch):
-  from fedjax_drift import inputs  # pylint: disable=g-import-not-at-top
+  from fedjax_drift import inputs, study  # pylint: disable=g-import-not-at-top
   layouts.write_text_files(str(tmp_path / 'reviews'))
   layouts.write_sst5_zip(str(tmp_path / 'sst'))
   _vocab_txt(str(tmp_path / 'tok'), lower=True)
   monkeypatch.chdir(tmp_path)
-  config = inputs.absolutize(fedjax_drift.Config(dataset='text:reviews', tokenizer='tok'))
+  config = study.absolutize(fedjax_drift.Config(dataset='text:reviews', tokenizer='tok'))
   assert config.dataset == f'text:{tmp_path / "reviews"}'
   assert config.tokenizer == str(tmp_path / 'tok')
-  files = {os.path.basename(e['path']) for e in inputs.fingerprint(config)['files']}
+  read = inputs.fingerprint(study.input_flags(config))['files']
+  files = {os.path.basename(e['path']) for e in read}
   assert files == {'train.csv', 'test.csv', 'vocab.txt', 'tokenizer_config.json'}
   config = fedjax_drift.Config(dataset='sst5', data_dir=str(tmp_path / 'sst'))
-  assert [os.path.basename(e['path']) for e in inputs.fingerprint(config)['files']] == [
-      'trainDevTestTrees_PTB.zip']
+  read = inputs.fingerprint(study.input_flags(config))['files']
+  assert [os.path.basename(e['path']) for e in read] == ['trainDevTestTrees_PTB.zip']
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

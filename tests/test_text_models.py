@@ -10,7 +10,7 @@ import pytest
 from safetensors.numpy import save_file
 
 import fedjax_drift
-from fedjax_drift import models
+from fedjax_drift import inputs, models, study
 from fedjax_drift.errors import UserError
 from fedjax_drift.models import text
 
@@ -163,11 +163,11 @@ def test_base_checkpoint_without_torch_traces_and_loads(tmp_path):
 
 
 def test_resume_fingerprints_the_checkpoint_files_it_reads(tmp_path):
-  from fedjax_drift import inputs  # pylint: disable=g-import-not-at-top
   folder = write_tiny_distilbert(str(tmp_path / 'ckpt'))
   (tmp_path / 'ckpt' / 'flax_model.msgpack').write_bytes(b'not read by this project')
   config = fedjax_drift.Config(dataset='embedded', model='distilbert', pretrained=folder)
-  read = {os.path.basename(p) for flag, p in inputs.input_files(config) if flag == '--pretrained'}
+  read = {os.path.basename(p) for flag, p in inputs.input_files(study.input_flags(config))
+          if flag == '--pretrained'}
   assert read == {'config.json', 'model.safetensors', 'vocab.txt'}
 
 

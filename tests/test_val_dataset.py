@@ -85,7 +85,8 @@ def test_a_dataset_without_its_own_split_is_named(tiny_npz, unequal_partition):
 def test_client_protocols_are_refused():
   config = fedjax_drift.Config(algo='local_only', val_source='dataset')
   with pytest.raises(fedjax_drift.UserError, match='--val_source=dataset: --eval_protocol=local'):
-    evaluation.check_validation(config)
+    evaluation.check_validation(study.eval_protocol(config), config.val_source,
+                                config.val_fraction)
 
 
 def test_half_a_split_is_one_line(tmp_path):

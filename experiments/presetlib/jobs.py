@@ -25,7 +25,7 @@ import time
 import traceback
 
 import fedjax_drift
-from fedjax_drift import inputs, interrupts, rundir, tables
+from fedjax_drift import interrupts, rundir, study, tables
 from fedjax_drift.config import grid_points, parse_grid
 from fedjax_drift.data import sources
 
@@ -130,7 +130,7 @@ def _check_same_runs(config):
   """UserError unless config.out holds the runs of `config` (the settings fedjax_drift.run
   would resume with; --rounds too, which a plain --resume may change)."""
   saved = rundir.read_run_config(config.out)
-  now = dataclasses.asdict(inputs.absolutize(config))  # config.json holds absolute paths
+  now = dataclasses.asdict(study.absolutize(config))  # config.json holds absolute paths
   differ = sorted(k for k in now if k not in ('out', 'overwrite', 'resume', 'progress',
                                               'compile_cache')
                   and k in saved and not _same(saved[k], now[k]))

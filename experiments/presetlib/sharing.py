@@ -18,17 +18,22 @@ import dataclasses
 import os
 
 import fedjax_drift
-from fedjax_drift import inputs, rundir
+from fedjax_drift import inputs, rundir, study
 
 # Config fields that say where and how a run writes, never what it computes (the fields
 # jobs._check_same_runs ignores when it resumes a run directory).
 OUTPUT_ONLY = ('out', 'overwrite', 'resume', 'progress', 'compile_cache')
 
 
-def sweep_key(config, sweep=True, fingerprint=inputs.fingerprint):
+def _inputs_fingerprint(config):
+  """inputs.fingerprint of the files config's runs read."""
+  return inputs.fingerprint(study.input_flags(config))
+
+
+def sweep_key(config, sweep=True, fingerprint=_inputs_fingerprint):
   """The sha256 that names a sweep's runs: Config (absolute paths) less OUTPUT_ONLY, the data
   inputs' fingerprint (fingerprint(config)) and `sweep` (a sweep or one run per point)."""
-  values = dataclasses.asdict(inputs.absolutize(config))
+  values = dataclasses.asdict(study.absolutize(config))
   for name in OUTPUT_ONLY:
     values.pop(name, None)
   return rundir.digest({'config': values, 'inputs': fingerprint(config),
@@ -93,12 +98,12 @@ class Sharing:
 
   def _fingerprint(self, config):
     """inputs.fingerprint, hashed once per input file state (every sweep reads the same)."""
-    files = inputs.input_files(inputs.absolutize(config))
+    files = inputs.input_files(study.input_flags(study.absolutize(config)))
     state = (config.dataset, config.data_dir, tuple(
         (flag, path, *((os.stat(path).st_mtime_ns, os.stat(path).st_size)
                        if os.path.isfile(path) else ())) for flag, path in files))
     if state not in self._fingerprints:
-      self._fingerprints[state] = inputs.fingerprint(config)
+      self._fingerprints[state] = _inputs_fingerprint(config)
     return self._fingerprints[state]
 
   def submit(self, config, sweep=True):

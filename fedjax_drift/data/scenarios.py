@@ -158,13 +158,6 @@ def longtail_stateless(y_train, num_classes, fraction=0.1, ratio=0.01):
                   relabel=lambda s, y: y, fresh_cohort=fresh_cohort, max_examples=width)
 
 
-def from_config(config, dataset):
-  """The scenario a run's flags ask for, over its training labels (the registered entry
-  built from the fields it declares)."""
-  return registry.build('scenario', config.scenario, config, num_classes=dataset.num_classes,
-                        y_train=dataset.y_train)
-
-
 def get(name, num_classes, y_train, concept_shift_prob=0.05, fraction=0.1, ratio=0.01,
         concept_shift_kind='relabel', concept_shift_count=0, rounds=0):
   if name == 'static':

@@ -3,18 +3,19 @@
 Each dataset registers once, beside its loader (fedjax_drift/registry.py, kind 'dataset';
 data/common.py's register_dataset): data/local.py (embedded, mnist, fashion_mnist, cifar10,
 usps, npz:PATH), downloads.py (cifar100, tiny_imagenet, emnist, svhn), natural.py (femnist,
-shakespeare), text.py (ag_news, sst5, text:PATH), domains.py (digits_domains), multidomain.py
-(digits5, domainnet) and hub.py (tfds:NAME, hf:NAME). This module imports them all, so that
-they have registered before anything reads the registry, and derives from their entries the
-tables below: the --list summaries (DATASETS), the names `fedjax-drift-data import` accepts
-(IMPORTABLE), the Config fields the loaders take (LOAD_OPTIONS), the loader (`load`) and the
-files a run reads (`dataset_files`). The loaders import data/common.py, never this module.
+shakespeare), stackoverflow.py, text.py (ag_news, sst5, text:PATH), domains.py
+(digits_domains), multidomain.py (digits5, domainnet) and hub.py (tfds:NAME, hf:NAME). This
+module imports them all, so that they have registered before anything reads the registry, and
+derives from their entries the tables below: the --list summaries (DATASETS), the names
+`fedjax-drift-data import` accepts (IMPORTABLE), the Config fields the loaders take
+(LOAD_OPTIONS), the loader (`load`) and the files a run reads (`dataset_files`). The loaders
+import data/common.py, never this module.
 """
 import numpy as np  # noqa: F401 (tests patch sources.np.savez, numpy's own)
 
 from fedjax_drift import registry
 from fedjax_drift.data import (common, domains, downloads, hub, local, multidomain, natural,
-                               text)
+                               stackoverflow, text)
 # Re-exported: importers name these sources.X (the toolbox moved to data/common.py, the local
 # file loaders to data/local.py).
 from fedjax_drift.data.common import (  # noqa: F401
@@ -27,7 +28,7 @@ from fedjax_drift.data.local import (EMBEDDED_PATH, IDX_FILES, load_cifar10,  # 
 from fedjax_drift.errors import UserError, did_you_mean
 
 # The loader modules in --list order (entries of one module keep their registration order).
-LOADERS = (local, downloads, natural, text, domains, multidomain, hub)
+LOADERS = (local, downloads, natural, stackoverflow, text, domains, multidomain, hub)
 
 
 def _entries():
@@ -48,11 +49,6 @@ DATASETS = {e.info.shown: e.summary for e in _entries() if e.info.shown}
 IMPORTABLE = tuple(e.name for e in _entries() if e.info.importable)
 # Config fields that reach the loaders (load's keyword options).
 LOAD_OPTIONS = _options(_entries())
-
-
-def load_options(config):
-  """{option: value} of the Config fields in LOAD_OPTIONS, for load(..., **options)."""
-  return {k: getattr(config, k) for k in LOAD_OPTIONS if hasattr(config, k)}
 
 
 def load(dataset, data_dir=None, **options):
