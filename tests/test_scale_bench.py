@@ -125,7 +125,7 @@ def test_quick_memory_fits_grow_with_the_budget_and_a_round_runs(tmp_path):
   table = next(p for p in probes if p['kind'] == 'clients-scaffold' and p['n'] == 10)
   assert table['client_state_gb'] == pytest.approx(10 * 7850 * 4 / 1e9)
   check = row['validation']
-  assert check['clients_per_round'] == row['cohort']['vmap']['validate:0.03']['largest_fit']
+  assert check['clients_per_round'] == row['cohort']['vmap']['validate:0.02']['largest_fit']
   assert check['cohort_chunk'] == check['clients_per_round']  # vmapped, as probed
   assert check['run_xla_estimate_gb'] == pytest.approx(check['probe_xla_gb'], rel=0.05)
   assert check['peak_rss_gb'] > check['run_xla_estimate_gb'] and check['train_s'] > 0
