@@ -1,4 +1,5 @@
-"""Recurrent models on token sequences: LEAF's character LSTM for Shakespeare.
+"""Recurrent models on token sequences: LEAF's character LSTM for Shakespeare and TFF's word
+LSTM for Stack Overflow next-word prediction.
 
 Inputs are int32 [B, 2, L] like every text model's (models/text.py): x[:, 0] the ids, x[:, 1]
 the attention mask. LEAF's model (Caldas et al. 2018, "LEAF: A Benchmark for Federated
@@ -11,7 +12,17 @@ for LEAF's full 80-character windows is the last position, as in LEAF.
 Initialisation: under --init=default, TF's as LEAF runs it (tf.get_variable's Glorot-uniform
 for the embedding and the gate kernels, zero biases); under --init=torch, PyTorch's nn.LSTM
 (every gate weight and bias U(+-1/sqrt(hidden))) and nn.Embedding (N(0, 1)).
+
+TFF's Stack Overflow model (tff.simulation.baselines.stackoverflow's create_recurrent_model,
+Reddi et al. 2021, "Adaptive Federated Optimization"): an embedding of 96 (pad id 0 masked),
+one Keras LSTM of 670 units, Dense(96), Dense(vocabulary) (WordLSTM). Here the LSTM is the
+same BasicLSTMCell as LEAF's: Keras' LSTM starts its forget bias at 1 (unit_forget_bias)
+where this cell adds a constant 1 to a zero-initialised bias, the same function at the start
+and under SGD; Keras initialises its recurrent kernel orthogonally where this cell draws one
+Glorot-uniform kernel over [x, h]. Embedding U(+-0.05) and Glorot-uniform Dense kernels as
+Keras' defaults. word_lstm_small keeps the shape with a 32-d embedding and 128 units, for CPU.
 """
+import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
@@ -66,9 +77,46 @@ class CharLSTM(nn.Module):
     for k in range(self.layers):
       zeros = jnp.zeros((h.shape[0], self.hidden), h.dtype)
       _, h = _ScanLSTM(self.hidden, name=f'lstm{k}')((zeros, zeros), h)
-    last = jnp.maximum(mask.sum(1) - 1, 0)
-    z = jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]
+    z = last_output(h, mask)
     logits = dense(z, self.num_classes, 'head')
+    return (logits, z) if return_features else logits
+
+
+def last_output(h, mask):
+  """h [B, L, H] -> [B, H]: each sequence's output at its last real token (mask.sum - 1)."""
+  last = jnp.maximum(mask.sum(1) - 1, 0)
+  return jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]
+
+
+def _keras_uniform(key, shape, dtype=jnp.float32):
+  """Keras' Embedding initialiser: U(-0.05, 0.05)."""
+  return jax.random.uniform(key, shape, dtype, -0.05, 0.05)
+
+
+def _keras_dense(z, features, name):
+  """Keras' Dense (Glorot-uniform kernel, zero bias), or PyTorch's nn.Linear in a torch scope."""
+  if current_init_scheme() == 'torch':
+    return dense(z, features, name)
+  return nn.Dense(features, kernel_init=nn.initializers.glorot_uniform(), name=name)(z)
+
+
+class WordLSTM(nn.Module):
+  """TFF's Stack Overflow next-word model: embed(96) -> LSTM(670) -> Dense(96) ->
+  Dense(num_classes) on the last real token's output (a window's prefix ends there, see
+  data/stackoverflow.py). return_features: (logits, the Dense(96) projection)."""
+  num_classes: int
+  vocab_size: int
+  embed_dim: int = 96
+  hidden: int = 670
+
+  @nn.compact
+  def __call__(self, x, return_features=False):
+    ids, mask = x[:, 0], x[:, 1]
+    h = embed(self.vocab_size, self.embed_dim, _keras_uniform, 'embed')(ids)
+    zeros = jnp.zeros((h.shape[0], self.hidden), h.dtype)
+    _, h = _ScanLSTM(self.hidden, name='lstm')((zeros, zeros), h)
+    z = _keras_dense(last_output(h, mask), self.embed_dim, 'project')
+    logits = _keras_dense(z, self.num_classes, 'head')
     return (logits, z) if return_features else logits
 
 
@@ -83,3 +131,11 @@ registry.register('model', 'char_lstm', 'LEAF\'s character LSTM (Shakespeare): 8
                   '2 x LSTM(256), Dense',
                   build=lambda v, num_classes, input_shape, vocab_size: char_lstm(
                       num_classes, vocab_size, input_shape[1]), info='text')
+registry.register('model', 'word_lstm', 'TFF\'s Stack Overflow next-word LSTM: 96-d embedding, '
+                  'LSTM(670), Dense(96), Dense',
+                  build=lambda v, num_classes, input_shape, vocab_size: WordLSTM(
+                      num_classes, vocab_size), info='text')
+registry.register('model', 'word_lstm_small', 'word_lstm\'s shape at CPU size: 32-d embedding, '
+                  'LSTM(128), Dense(32), Dense',
+                  build=lambda v, num_classes, input_shape, vocab_size: WordLSTM(
+                      num_classes, vocab_size, 32, 128), info='text')
