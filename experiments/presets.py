@@ -47,23 +47,14 @@ tables the same cell for cell; --no_share runs each on its own).
 Any other --flag=value is a run flag (fedjax-drift --help) set over every run of the preset.
 --executor=slurm submits the sweeps as SLURM jobs through submitit (presetlib/cluster.py).
 """
-import os
-import signal
-
-
-def _early_stop(signum, frame):  # pylint: disable=unused-argument
-  """SIGINT, SIGTERM or SIGHUP before main's handlers are in place (while JAX imports):
-  nothing is written yet, so one line and 128 + the signal, at once."""
-  name = 'interrupted' if signum == signal.SIGINT else f'stopped by {signal.Signals(signum).name}'
-  os.write(2, f'error: {name}\n'.encode())
-  os._exit(128 + signum)  # pylint: disable=protected-access
-
-
-if __name__ == '__main__':  # the first instruction: a signal while importing is one line too
-  for _signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(_signal, _early_stop)
-
-import argparse  # noqa: E402  (after the handlers: importing takes a moment too)
+import _signal  # first of all (already loaded: no Python code runs before the hold)
+if __name__ == '__main__' and hasattr(_signal, 'pthread_sigmask'):  # POSIX
+  # Hold SIGINT, SIGTERM and SIGHUP until the package's first statement installs their
+  # one-line handler and releases them (fedjax_drift/_start.py): one line and 128 + the
+  # signal from here on, never Python's KeyboardInterrupt traceback.
+  _signal.pthread_sigmask(_signal.SIG_BLOCK, (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP))
+import os  # noqa: E402
+import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -71,7 +62,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import fedjax_drift  # noqa: E402
-from fedjax_drift import cli, interrupts, report, tables  # noqa: E402,F401
+from fedjax_drift import _start, cli, interrupts, report, tables  # noqa: E402,F401
+_start.release()  # (done already by the package's first statement, unless imported before)
 from fedjax_drift.errors import did_you_mean  # noqa: E402
 from fedjax_drift.config import grid_points, parse_grid  # noqa: E402,F401
 # The library's names, re-exported: tests and experiments/collect_results.py use them as

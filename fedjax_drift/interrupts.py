@@ -17,13 +17,16 @@ So while `guard()` is active (simulation.run and the CLIs hold it):
 - `deferred()` holds the raise back over blocks that must not be cut (XLA compilation,
   writing a checkpoint or the metric files) and raises when the block ends.
 - Before the guard (while a program imports jax and flax, parses its flags, loads its data)
-  and after it, `early()` handles them: it is installed by the first statement of the
-  package (fedjax_drift/__init__.py) when the process is one of the package's programs (the
-  console scripts, python -m fedjax_drift.<module>, experiments/*.py), before anything but
-  the standard library is imported, and replaces whatever handler the process inherited,
-  SIG_IGN included (a run started with `cmd &` from a script, where the shell ignores
-  SIGINT: a SIGINT sent to it still ends it). Nothing is open or half-written then, so the
-  signal ends the process at once: one line, exit 128 + the signal.
+  and after it, `early()` handles them: installed from the package's first statement
+  (fedjax_drift/_start.py, fedjax_drift/__init__.py) when the process is one of the
+  package's programs (the console scripts, python -m fedjax_drift.<module>, experiments/*.py),
+  before anything but the standard library is imported, it replaces whatever handler the
+  process inherited, SIG_IGN included (a run started with `cmd &` from a script, where the
+  shell ignores SIGINT: a SIGINT sent to it still ends it). Nothing is open or half-written
+  then, so the signal ends the process at once: one line, exit 128 + the signal. Once the
+  program's main has returned (its status chosen, its line written) it is ignored, and so it
+  is through the interpreter's teardown, where CPython would otherwise let it kill the
+  process by the default action with no line (exit -2).
 - After `hard_exit_after(seconds)` (the CLIs), a process still alive that long after the
   first signal (C++ code that does not return to Python, or a clean-up that hangs) prints the
   one line and ends with os._exit(128 + signal). It waits for a `deferred(writing=True)` block
@@ -32,18 +35,17 @@ So while `guard()` is active (simulation.run and the CLIs hold it):
 import contextlib
 import gc
 import os
-import pathlib
 import signal
 import sys
 import threading
 import time
 import _thread
 
+from fedjax_drift import _start
+
 SIGNALS = tuple(getattr(signal, name) for name in ('SIGINT', 'SIGTERM', 'SIGHUP')
                 if hasattr(signal, name))
 WRITE_GRACE = 5  # a write block in progress may delay the hard exit by this many periods
-# pyproject.toml's [project.scripts] (tests/test_signals.py holds them equal).
-CONSOLE_SCRIPTS = ('fedjax-drift', 'fedjax-drift-data', 'fedjax-drift-compare')
 
 
 class Interrupted(KeyboardInterrupt):
@@ -260,51 +262,27 @@ def early():
   """Installs the early handler for SIGINT, SIGTERM and SIGHUP, whatever the process
   inherited (SIG_IGN included): until a guard() takes over, and again after it, a signal
   ends the process at once with `error: <line>` (describe(), by default `interrupted` or
-  `stopped by SIGTERM`) and exit 128 + the signal. Call it from a program's first
-  statement, before importing anything but the standard library; a no-op outside the main
+  `stopped by SIGTERM`) and exit 128 + the signal; once the program's main has returned, and
+  through the interpreter's teardown, it is ignored (fedjax_drift/_start.py). Replaces
+  _start.stop, the handler of the program's first statement; a no-op outside the main
   thread."""
-  if not _in_main_thread():
-    return
-  for s in SIGNALS:
-    signal.signal(s, _early_handler)
+  _start.install(_early_handler)
 
 
-def _early_handler(signum, frame):  # pylint: disable=unused-argument
+def _early_handler(signum, frame):
   if _state.signum is not None or _state.reported:
     return  # the program is already stopping for a signal and prints its own line
+  if _start.main_returned(frame):
+    return  # the program has chosen its exit status and written its line
   _exit_for(signum)
 
 
-def is_program() -> bool:
-  """Whether this process runs one of the package's programs as __main__: a console script
-  (CONSOLE_SCRIPTS, by sys.argv[0]), `python -m fedjax_drift...`, or a script in the
-  experiments/ folder beside the package. Not a worker a program spawned (its __main__ is
-  `__mp_main__`), not an interpreter or a notebook that imports the package."""
-  main = sys.modules.get('__main__')
-  if main is None or getattr(main, '__name__', '') != '__main__':
-    return False
-  argv0 = sys.argv[0] if sys.argv else ''
-  name = argv0.replace('\\', '/').rsplit('/', 1)[-1]  # a Windows launcher's path too
-  for suffix in ('-script.pyw', '-script.py', '.exe'):
-    name = name[:-len(suffix)] if name.endswith(suffix) else name
-  if name in CONSOLE_SCRIPTS:
-    return True
-  spec = getattr(main, '__spec__', None)
-  if spec is not None and (spec.name or '').startswith('fedjax_drift.'):
-    return True
-  orig = list(getattr(sys, 'orig_argv', ()))
-  if argv0 == '-m' and '-m' in orig[:-1]:  # `python -m fedjax_drift.cli` while it imports us
-    return orig[orig.index('-m') + 1].startswith('fedjax_drift.')
-  path = getattr(main, '__file__', None)
-  if not path:
-    return False
-  experiments = pathlib.Path(__file__).resolve().parents[1] / 'experiments'
-  return pathlib.Path(path).resolve().parent == experiments
+# The programs that install the early handler from their first statement (_start.py).
+CONSOLE_SCRIPTS, is_program = _start.CONSOLE_SCRIPTS, _start.is_program
 
 
 def early_if_program():
-  """early() when is_program(): the package's first statement (fedjax_drift/__init__.py),
-  so that a signal while jax imports is one line too; a library user's handlers are left
-  alone."""
+  """early() when is_program() (fedjax_drift/__init__.py, right after _start's handler): a
+  library user's handlers are left alone."""
   if is_program():
     early()
