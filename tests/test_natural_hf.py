@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift.data import hubfiles, natural, partitions, sources
+from fedjax_drift.data import hubfiles, natural, partitions, prepare, sources
 
 datasets = pytest.importorskip('datasets')
 Image = pytest.importorskip('PIL.Image')
@@ -195,3 +195,20 @@ def test_two_rounds_on_a_hub_folder(tmp_path, dataset, writer, kw):
     np.testing.assert_array_equal(got, part)
   fedjax_drift.run(config, log=lambda *a, **k: None)
   assert os.path.isfile(tmp_path / 'run' / 'metrics.csv')
+
+
+def test_import_finds_hub_folders_by_their_columns(tmp_path, monkeypatch):
+  monkeypatch.setenv('FEDJAX_DRIFT_CACHE', str(tmp_path / 'cache'))
+  write_femnist_hub(str(tmp_path / 'downloads' / 'femnist'))
+  write_shakespeare_hub(str(tmp_path / 'downloads' / 'shakespeare'))
+  assert natural.hf_kind(str(tmp_path / 'downloads' / 'femnist' / 'data')) == 'femnist'
+  found = prepare.find(str(tmp_path / 'downloads'))
+  assert sorted(name for name, _ in found) == ['femnist', 'shakespeare']  # once each
+  assert prepare.main(['import', str(tmp_path / 'downloads')]) == 0
+  for name in ('femnist', 'shakespeare'):
+    in_place = sources.load(name, str(tmp_path / 'downloads' / name))
+    imported = sources.load(name)
+    for a, b in zip(imported[1:5], in_place[1:5]):
+      np.testing.assert_array_equal(a, b)
+    column = natural.COLUMNS[name]
+    np.testing.assert_array_equal(imported.groups[column], in_place.groups[column])

@@ -105,6 +105,17 @@ def read_splits(folder) -> dict:
   return out
 
 
+def column_names(path) -> list:
+  """The column names of one data file, from its schema or header alone."""
+  if path.endswith('.parquet'):
+    return list(pa_parquet.read_schema(path).names)
+  if path.endswith('.csv'):
+    with open(path, newline='', encoding='utf-8') as f:
+      return next(csv.reader(f), [])
+  with pa.ipc.open_stream(path) as reader:
+    return list(reader.schema.names)
+
+
 def columns(table, names, where):
   """{name: the column as a Python list} of `names`; a missing one is a UserError naming
   the columns the table has."""

@@ -353,10 +353,29 @@ def read_folder(name, folder):
                   '.parquet/.csv/.arrow files')
 
 
+def hf_kind(folder):
+  """'femnist' or 'shakespeare' when the first data file below a Hugging Face folder has
+  flwrlabs' columns for it (read from its schema or header); else None."""
+  if hubfiles.pa is None:
+    return None
+  files = hubfiles.data_files(folder)
+  try:
+    names = set(hubfiles.column_names(files[0])) if files else set()
+  except (OSError, ValueError, UnicodeDecodeError):  # not a readable data file: not ours
+    return None
+  return next((k for k, cols in HF_COLUMNS.items() if set(cols) <= names), None)
+
+
 def found_in(dirpath, files, subdirs):
-  """[(dataset, reader)] for `fedjax-drift-data import`: TFF's h5 pairs in this folder, and a
-  LEAF data folder (train/ and test/ of .json) by what its files hold."""
+  """[(dataset, reader)] for `fedjax-drift-data import`: TFF's h5 pairs in this folder, a
+  LEAF data folder (train/ and test/ of .json) by what its files hold, and a Hugging Face
+  folder (a hub repository's root, with its README.md, or save_to_disk's, with its
+  dataset_dict.json; not their subfolders) by its columns."""
   found = []
+  if {'README.md', 'dataset_dict.json'} & files:
+    kind = hf_kind(dirpath)
+    if kind:
+      found.append((kind, lambda: assemble(kind, *read_hf(kind, dirpath))))
   for name, (pair, _) in _H5.items():
     if all(f in files for f in pair):
       found.append((name, lambda name=name: read_folder(name, dirpath)))
