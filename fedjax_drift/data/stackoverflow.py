@@ -21,7 +21,8 @@ nothing after) gives each window exactly the prediction it gives position t - 1 
 sentence, so the windows' summed loss is the per-token model's loss on the sentence. Known
 limit: a window runs all SEQ_LEN positions, so a sentence costs T times the compute of one
 per-token pass (up to 20 times: at most 20 targets), and its examples take T rows of the batch.
-Accuracy counts every target, oov and eos included (TFF's reports also one without them).
+Accuracy counts every target, oov and eos included (TFF's baselines also report one that
+leaves the special ids out; that one is not computed here).
 
 Users: --num_clients users are drawn with --seed at load time (the full data, 342,477 users
 and 135 million sentences, is read only by the chosen users' groups), the same draw
