@@ -116,10 +116,13 @@ def test_alexnet_bn_trains_at_64():
 @pytest.mark.slow
 @pytest.mark.parametrize('name', ['resnet50_gn', 'resnet50_bn'])
 def test_resnet50_trains(name):
-  model, params = _check_model(name, (32, 32, 3))
+  # 8x8 inputs (the 1x1 the last stage sees still trains every layer) and the 5 classes of
+  # the GroupNorm test below: the layers checked do not depend on the image size, and the
+  # eager ops of the same shapes are compiled once.
+  model, params = _check_model(name, (8, 8, 3), classes=5)
   p = params['params'] if model.has_state else params
   assert p['stem']['kernel'].shape == (3, 3, 3, 64)  # FedGKD's 3x3 stride-1 stem
-  assert p['head']['kernel'].shape == (2048, 10)
+  assert p['head']['kernel'].shape == (2048, 5)
   flat = jax.tree_util.tree_flatten_with_path(p)[0]
   kernels = [path for path, v in flat if path[-1].key == 'kernel' and v.ndim == 4]
   assert len(kernels) == 1 + 16 * 3 + 4  # stem, 16 bottlenecks, one projection per stage
