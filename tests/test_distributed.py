@@ -109,11 +109,25 @@ def _assert_close(a, b, tol):
     np.testing.assert_allclose(a[name], b[name], rtol=tol, atol=tol, err_msg=name)
 
 
+@pytest.fixture(scope='module')
+def two_process_scaffold(tiny_npz, unequal_partition, tmp_path_factory):
+  """One uninterrupted two-process SCAFFOLD run of 4 rounds, shared by the two tests that
+  compare against it (a launch of two processes is most of each one's time): (its run
+  directory, whose parameters are at RUN_DIR.npz, and each process's stdout). Its own empty
+  dataset cache and home, as hermetic_environment gives a test."""
+  root = tmp_path_factory.mktemp('two_process_scaffold')
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv('FEDJAX_DRIFT_CACHE', str(root / 'cache'))
+    patch.setenv('HOME', str(root))
+    out = root / 'two'
+    return out, _two_processes(tiny_npz, unequal_partition, out, 'scaffold', 4)
+
+
 @pytest.mark.slow
-def test_two_processes_equal_one(tiny_npz, unequal_partition, tmp_path):
+def test_two_processes_equal_one(tiny_npz, unequal_partition, tmp_path, two_process_scaffold):
   """SCAFFOLD (a per-client table, split over the processes) on 2 processes x 1 device gives
   the final parameters of 1 process x 1 device; process 0 alone writes the run directory."""
-  outputs = _two_processes(tiny_npz, unequal_partition, tmp_path / 'two', 'scaffold', 4)
+  two, outputs = two_process_scaffold
   assert 'distributed: 2 processes, 2 global devices' in outputs[0]
   assert 'fedjax-drift' not in outputs[1] and 'done:' not in outputs[1]  # process 1 is quiet
   fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, algo='scaffold', model='mlp',
@@ -121,17 +135,18 @@ def test_two_processes_equal_one(tiny_npz, unequal_partition, tmp_path):
                                local_epochs=1, rounds=4, eval_every=2,
                                out=str(tmp_path / 'one'), save_params=str(tmp_path / 'one.npz')),
                    log=lambda *a: None)
-  _assert_close(_params(tmp_path / 'two.npz'), _params(tmp_path / 'one.npz'), 1e-5)
-  saved = rundir.read_run_config(str(tmp_path / 'two'))
+  _assert_close(_params(f'{two}.npz'), _params(tmp_path / 'one.npz'), 1e-5)
+  saved = rundir.read_run_config(str(two))
   assert saved['devices'] == 2 and saved['_resolved']['num_clients'] == 4
-  assert {'summary.json', 'metrics.csv', 'runs.csv'} <= set(os.listdir(tmp_path / 'two'))
+  assert {'summary.json', 'metrics.csv', 'runs.csv'} <= set(os.listdir(two))
 
 
 @pytest.mark.slow
-def test_split_table_round_trips_through_a_checkpoint(tiny_npz, unequal_partition, tmp_path):
+def test_split_table_round_trips_through_a_checkpoint(tiny_npz, unequal_partition, tmp_path,
+                                                      two_process_scaffold):
   """A SCAFFOLD table split over two processes is checkpointed (each process writes its rows),
   read back split the same way and whole by one process, and a two-process resume from
-  round 2 to 4 equals an uninterrupted two-process run of 4 rounds."""
+  round 2 to 4 equals an uninterrupted two-process run of 4 rounds (two_process_scaffold)."""
   out = tmp_path / 'run'
   _two_processes(tiny_npz, unequal_partition, out, 'scaffold', 2, mode='rows')
   # One process reads the same checkpoint whole: the rows each process held, side by side.
@@ -149,8 +164,8 @@ def test_split_table_round_trips_through_a_checkpoint(tiny_npz, unequal_partitio
     np.testing.assert_array_equal(joined, np.asarray(leaf))
   assert np.any(np.abs(np.asarray(jax.tree.leaves(whole.clients)[0])) > 0)  # trained rows
   _two_processes(tiny_npz, unequal_partition, out, 'scaffold', 4, mode='resume')
-  _two_processes(tiny_npz, unequal_partition, tmp_path / 'straight', 'scaffold', 4)
-  _assert_close(_params(f'{out}.npz'), _params(tmp_path / 'straight.npz'), 1e-6)
+  straight, _ = two_process_scaffold
+  _assert_close(_params(f'{out}.npz'), _params(f'{straight}.npz'), 1e-6)
 
 
 def test_launch_flags_checked_and_off_by_default(monkeypatch):
