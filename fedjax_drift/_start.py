@@ -46,13 +46,14 @@ def what(signum) -> str:
 
 
 def main_returned(frame) -> bool:
-  """Whether the program's main module has finished: no frame on the stack from `frame` down
-  runs __main__'s module code (Python is running its exit steps: joining threads, atexit)."""
+  """Whether the program's main module has finished, from the frame a handler runs in: the
+  outermost frame is no longer __main__'s code (or runpy's, which imports and runs it for
+  `python -m`) but one of Python's exit steps (joining threads, an atexit callback, a
+  finalizer), or there is none."""
+  outermost = None
   while frame is not None:
-    if frame.f_code.co_name == '<module>' and frame.f_globals.get('__name__') == '__main__':
-      return False
-    frame = frame.f_back
-  return True
+    outermost, frame = frame, frame.f_back
+  return outermost is None or outermost.f_globals.get('__name__') not in ('__main__', 'runpy')
 
 
 def stop(signum, frame):

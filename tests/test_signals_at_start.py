@@ -168,14 +168,22 @@ def _program(code, *argv):
   return out.returncode, out.stderr
 
 
-def test_a_signal_held_before_the_package_imports_reaches_the_one_line_handler():
-  """What experiments/*.py do first: hold the signals; one that comes before the package's
-  first statement installs the handler is delivered to it when released, not lost."""
-  code = ('_signal.pthread_sigmask(_signal.SIG_BLOCK, {signal.SIGINT})\n'
-          'os.kill(os.getpid(), signal.SIGINT)\n'
-          'import fedjax_drift\n'
-          'print("not reached")\n')
-  assert _program(code) == (130, 'error: interrupted\n')
+@pytest.mark.parametrize('command', [
+    ['-m', 'fedjax_drift.cli', '--list'],
+    [os.path.join(ROOT, 'experiments', 'compare.py'), '/nonexistent'],
+    [os.path.join(ROOT, 'experiments', 'run.py'), '--list'],
+])
+def test_a_signal_pending_when_the_package_imports_is_one_line(command):
+  """Started with the signals blocked (inherited), a SIGINT sent at once stays pending until
+  the package's first statement installs the handler and releases them: it is delivered
+  there, while the package imports (under runpy for `python -m`), and is one line."""
+  def blocked():
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+  proc = subprocess.Popen([sys.executable] + command, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, preexec_fn=blocked, cwd=ROOT)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=120)
+  assert (proc.returncode, err) == (130, 'error: interrupted\n')
 
 
 def test_a_signal_after_main_returned_leaves_the_programs_own_ending(tmp_path):
