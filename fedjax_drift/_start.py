@@ -47,13 +47,16 @@ def what(signum) -> str:
 
 def main_returned(frame) -> bool:
   """Whether the program's main module has finished, from the frame a handler runs in: the
-  outermost frame is no longer __main__'s code (or runpy's, which imports and runs it for
-  `python -m`) but one of Python's exit steps (joining threads, an atexit callback, a
+  outermost frame is no longer __main__'s module code (or runpy's, which imports and runs it
+  for `python -m`) but one of Python's exit steps (joining threads, an atexit callback, a
   finalizer), or there is none."""
   outermost = None
   while frame is not None:
     outermost, frame = frame, frame.f_back
-  return outermost is None or outermost.f_globals.get('__name__') not in ('__main__', 'runpy')
+  if outermost is None:
+    return True
+  name = outermost.f_globals.get('__name__')
+  return not (name == 'runpy' or (name == '__main__' and outermost.f_code.co_name == '<module>'))
 
 
 def stop(signum, frame):

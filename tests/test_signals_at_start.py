@@ -194,7 +194,8 @@ def test_a_signal_after_main_returned_leaves_the_programs_own_ending(tmp_path):
   main = 'from fedjax_drift import compare\n{}sys.exit(compare.main())\n'
   own = _program(main.format(''), missing)
   assert own[0] == 2 and missing in own[1] and len(own[1].splitlines()) == 1, own
-  in_atexit = 'import atexit; atexit.register(os.kill, os.getpid(), signal.SIGINT)\n'  # runs first
+  # Registered after the package's own (so it runs first); the handler runs in its frame.
+  in_atexit = 'import atexit; atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))\n'
   in_teardown = ('class Late:\n'
                  '  def __del__(self, kill=os.kill, pid=os.getpid(), sig=signal.SIGINT):\n'
                  '    kill(pid, sig)  # its module globals are gone by then\n'
