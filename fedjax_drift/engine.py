@@ -181,22 +181,30 @@ def safe_norm(tree):
   return safe * tree_norm(jax.tree.map(lambda a: a / safe, tree))
 
 
-def client_summands(delta, weight):
+def client_summands(delta, weight, reported=None):
   """What the round sums over clients: the weighted delta (the aggregate), the plain delta
-  and the unit-norm delta (for the drift diagnostics). Returns (summands, |delta|)."""
+  and the unit-norm delta (for the drift diagnostics). Returns (summands, |delta|).
+  reported (--dropout_prob; None: every client reports): False leaves this client out of the
+  diagnostics' sums (a dropped client's delta is zero, or its compressor's residual)."""
   norm = safe_norm(delta)
   inv_norm = 1.0 / jnp.maximum(norm, 1e-30)
-  summands = {'weighted': jax.tree.map(lambda d: weight * d, delta), 'plain': delta,
-              'unit': jax.tree.map(lambda d: inv_norm * d, delta)}
+  plain = delta if reported is None else jax.tree.map(
+      lambda d: jnp.where(reported, d, 0.0), delta)
+  summands = {'weighted': jax.tree.map(lambda d: weight * d, delta), 'plain': plain,
+              'unit': jax.tree.map(lambda d: inv_norm * d, plain)}
   return summands, norm
 
 
-def drift_diagnostics(sums, norms, losses, weights):
+def drift_diagnostics(sums, norms, losses, weights, reports=None):
   """Per-round measures of client drift, from sums over the cohort (one pass, no [K, P]).
 
   client_update_norm_mean = mean_i |d_i|; mean_update_norm = |m|, with m the plain mean of
   the deltas; update_cosine = mean_i <d_i, m> / (|d_i| |m|) = <sum_i d_i / |d_i|, m> / (K |m|).
+  reports [K] bool (--dropout_prob): the means and the loss std over the clients that
+  reported only (sums from client_summands with their `reported`); NaN when none did.
   """
+  if reports is not None:
+    return _reported_diagnostics(sums, norms, losses, weights, reports)
   k = norms.shape[0]
   mean = jax.tree.map(lambda s: s / k, sums['plain'])
   mean_norm = safe_norm(mean)
@@ -206,6 +214,25 @@ def drift_diagnostics(sums, norms, losses, weights):
       'update_cosine': tree_vdot(sums['unit'], mean) / jnp.maximum(k * mean_norm, 1e-30),
       'client_loss_std': jnp.std(losses),
       'train_loss': jnp.sum(weights * losses),
+  }
+
+
+def _reported_diagnostics(sums, norms, losses, weights, reports):
+  """drift_diagnostics over the m clients that reported (the rest masked out)."""
+  m = jnp.sum(reports.astype(jnp.float32))
+  safe_m = jnp.maximum(m, 1.0)
+  mean = jax.tree.map(lambda s: s / safe_m, sums['plain'])
+  mean_norm = safe_norm(mean)
+  loss_mean = jnp.sum(jnp.where(reports, losses, 0.0)) / safe_m
+  loss_var = jnp.sum(jnp.where(reports, (losses - loss_mean) ** 2, 0.0)) / safe_m
+  nan_if_none = lambda v: jnp.where(m > 0, v, jnp.nan)
+  return {
+      'client_update_norm_mean': nan_if_none(jnp.sum(jnp.where(reports, norms, 0.0)) / safe_m),
+      'mean_update_norm': nan_if_none(mean_norm),
+      'update_cosine': nan_if_none(tree_vdot(sums['unit'], mean)
+                                   / jnp.maximum(m * mean_norm, 1e-30)),
+      'client_loss_std': nan_if_none(jnp.sqrt(loss_var)),
+      'train_loss': jnp.sum(jnp.where(reports, weights * losses, 0.0)),
   }
 
 
@@ -333,13 +360,13 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                else algo.aggregation_weights(weights, num_steps))
 
     def one_client(params, payload, data, client_key, concept, args):
-      cid, row, count, hist, steps, spe_i, weight, cstate = args
+      cid, row, count, hist, steps, spe_i, weight, cstate, reported = args
       key = jax.random.fold_in(client_key, cid)
       client = Client(cid, count, steps, max_local_steps, hist,
                       make_batch_fn(data, row, count, key, schedule.batch_size, spe_i,
                                     lambda y: scenario.relabel(concept, y), pipeline))
       result = algo.client_update(params, payload, cstate, client, key)
-      summands, norm = client_summands(result.delta, weight)
+      summands, norm = client_summands(result.delta, weight, reported)
       outputs = (result.client_state, result.loss, norm, tree_all_finite(result.delta),
                  result.delta if algo.needs_client_deltas else None, result.upload,
                  None if client_probe is None else client_probe(
@@ -361,7 +388,8 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     # vmapped chunk, or one position across vmapped runs, holds clients of like work
     # (benchmarks/step_ratio.py); outputs come back in sampling order.
     order = largest_first(num_steps) if steps_differ else None
-    args = _permuted((ids, rows, counts, hists, num_steps, spe, factors, old_states), order)
+    args = _permuted((ids, rows, counts, hists, num_steps, spe, factors, old_states, reports),
+                     order)
     sums, outputs = run_clients(state.params, payload, data, client_key, concept, args)
     new_states, losses, norms, client_finite, deltas, uploads, probes = _permuted(
         outputs, None if order is None else jnp.argsort(order))
@@ -372,7 +400,7 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                     new_states, num_clients, uploads, key=jax.random.fold_in(rkey, 4))
     # server_update returns (params, server) or (params, server, aux) (state.py).
     params, server, *aux = algo.server_update(state.params, state.server, cohort)
-    metrics = drift_diagnostics(sums, norms, losses, weights)
+    metrics = drift_diagnostics(sums, norms, losses, weights, reports)
     metrics.update(_diagnostics(algo, server))
     metrics.update(_diagnostics(scenario, state.scenario, concept))
     if client_probe is not None or keep_aux:

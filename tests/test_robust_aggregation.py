@@ -169,3 +169,38 @@ def test_two_devices_equal_one(tiny_npz, unequal_partition):
   result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                           env=env, timeout=600)
   assert result.returncode == 0 and 'OK' in result.stdout, result.stderr[-3000:]
+
+
+def test_masked_rules_take_only_the_clients_that_report():
+  """--dropout_prob: the median and trimmed mean over the reporting rows (numpy's rules on
+  them), whatever the other rows hold; with every client reporting, the unmasked rules bit
+  for bit; none reporting: a zero update."""
+  rng = np.random.default_rng(1)
+  v = rng.normal(size=(7, 5)).astype(np.float32)
+  tree = {'a': jnp.asarray(v[:, :2]), 'b': jnp.asarray(v[:, 2:])}
+  flat = lambda t: np.concatenate([np.asarray(t['a']), np.asarray(t['b'])], axis=-1)
+  for reports in ([1, 0, 1, 1, 0, 1, 1], [0, 1, 1, 0, 1, 0, 0], [1, 1, 0, 0, 0, 0, 0],
+                  [0, 0, 0, 0, 0, 1, 0]):
+    mask = np.array(reports, bool)
+    kept = v[mask].astype(np.float64)
+    np.testing.assert_allclose(flat(robust.masked_median(tree, jnp.asarray(mask))),
+                               np.median(kept, axis=0), rtol=1e-6, atol=1e-6)
+    for beta in (0.2, 0.34, 0.45):
+      np.testing.assert_allclose(flat(robust.masked_trimmed_mean(tree, jnp.asarray(mask), beta)),
+                                 np_trimmed_mean(kept, beta), rtol=1e-5, atol=1e-6)
+  everyone, nobody = jnp.ones(7, bool), jnp.zeros(7, bool)
+  np.testing.assert_array_equal(flat(robust.masked_median(tree, everyone)),
+                                flat(robust.coordinate_median(tree)))
+  np.testing.assert_array_equal(flat(robust.masked_trimmed_mean(tree, everyone, 0.3)),
+                                flat(robust.trimmed_mean(tree, 2)))
+  assert not flat(robust.masked_median(tree, nobody)).any()
+  assert not flat(robust.masked_trimmed_mean(tree, nobody, 0.3)).any()
+
+
+def test_krum_with_dropout_is_one_line_error(tiny_npz, unequal_partition):
+  with pytest.raises(UserError, match='--aggregator=krum cannot take --dropout_prob=0.2'):
+    make(tiny_npz, unequal_partition, 'fedavg', aggregator='krum', krum_byzantine=0,
+         clients_per_round=3, dropout_prob=0.2)
+  # Every client selected (the weighted mean) needs no neighbours: allowed.
+  make(tiny_npz, unequal_partition, 'fedavg', aggregator='krum', krum_select=3,
+       clients_per_round=3, dropout_prob=0.2)

@@ -13,6 +13,7 @@ import pytest
 
 import fedjax_drift
 from fedjax_drift import applies, engine, unreliable
+from fedjax_drift.algorithms import robust
 from fedjax_drift.errors import UserError
 from helpers import check_sweep_equals_single_runs_and_resumes, cohort_and_batches, tiny_config
 from reference import LogReg, flat
@@ -158,6 +159,90 @@ def test_dropped_clients_keep_their_state(tiny_npz, unequal_partition):
                           for s in (state, new))
       assert np.array_equal(old_row, new_row) != bool(r), (int(i), bool(r))
     state = new
+
+
+def np_drift(deltas, losses):
+  """The drift diagnostics of engine.drift_diagnostics over the [m, P] rows given."""
+  norms = np.linalg.norm(deltas, axis=1)
+  mean = deltas.mean(axis=0)
+  cosine = np.mean(deltas @ mean / (norms * np.linalg.norm(mean)))
+  return {'client_update_norm_mean': norms.mean(), 'mean_update_norm': np.linalg.norm(mean),
+          'update_cosine': cosine, 'client_loss_std': np.std(losses)}
+
+
+def test_drift_diagnostics_leave_out_dropped_clients():
+  """The masked statistics against numpy over the reporting clients only: a dropped client's
+  delta (here a leftover residual, not zero) and its loss do not enter them."""
+  rng = np.random.default_rng(0)
+  deltas = rng.normal(size=(5, 7)).astype(np.float32)
+  losses = np.array([0.7, 9.0, 1.3, 0.2, -4.0], np.float32)
+  weights = np.array([0.5, 0.0, 0.3, 0.2, 0.0], np.float32)
+  reports = np.array([True, False, True, True, False])
+
+  def engine_stats(reports):
+    per = [engine.client_summands({'w': jnp.asarray(d[:3]), 'b': jnp.asarray(d[3:])},
+                                  jnp.float32(w), jnp.asarray(r))
+           for d, w, r in zip(deltas, weights, reports)]
+    sums = jax.tree.map(lambda *a: sum(a), *[p[0] for p in per])
+    norms = jnp.stack([p[1] for p in per])
+    return {k: float(v) for k, v in engine.drift_diagnostics(
+        sums, norms, jnp.asarray(losses), jnp.asarray(weights), jnp.asarray(reports)).items()}
+
+  got = engine_stats(reports)
+  want = np_drift(deltas[reports].astype(np.float64), losses[reports].astype(np.float64))
+  for k, v in want.items():
+    np.testing.assert_allclose(got[k], v, rtol=1e-5, err_msg=k)
+  np.testing.assert_allclose(got['train_loss'], float(weights @ np.where(reports, losses, 0)),
+                             rtol=1e-6)
+  nobody = engine_stats(np.zeros(5, bool))
+  assert all(np.isnan(nobody[k]) for k in want) and nobody['train_loss'] == 0.0
+
+
+def test_median_and_drift_metrics_with_dropout_against_numpy(tiny_npz, unequal_partition):
+  """A run with --dropout_prob and --aggregator=median, in lockstep with numpy: the median and
+  the drift metrics over the clients that report."""
+  exp = make(tiny_npz, unequal_partition, aggregator='median', dropout_prob=0.4,
+             clients_per_round=4)
+  state, step = exp.state, jax.jit(exp.round_fn)
+  theta, dropped = flat(state.params), 0
+  for r in range(5):
+    ids, _, batches, reports, ran, _ = draws(exp, state)
+    deltas = np.stack([theta - local_sgd(theta, batches[int(i)][:s])
+                       for i, s, ok in zip(ids, ran, reports) if ok] or [np.zeros_like(theta)])
+    dropped += int((~reports).sum())
+    state, metrics = step(state, exp.data)
+    if reports.any():
+      theta = theta - np.median(deltas, axis=0)
+      for k, v in np_drift(deltas, np.zeros(len(deltas))).items():
+        if k != 'client_loss_std':  # the loss is the engine's own; its masking: test above
+          np.testing.assert_allclose(float(metrics[k]), v, rtol=1e-4, atol=1e-6,
+                                     err_msg=f'{k}, round {r + 1}')
+    np.testing.assert_allclose(flat(state.params), theta, atol=2e-5, rtol=1e-4,
+                               err_msg=f'round {r + 1}')
+  assert dropped
+
+
+@pytest.mark.parametrize('aggregator', ['mean', 'median', 'trimmed_mean'])
+def test_dropout_zero_changes_nothing_bit_for_bit(tiny_npz, unequal_partition, aggregator):
+  """--dropout_prob=0: the round built without a mask (the unmasked aggregator and
+  diagnostics) gives the same params and drift metrics, bit for bit, as one built by hand
+  from the unmasked parts with no Unreliable."""
+  kw = dict(clients_per_round=4, trim_beta=0.3)
+  if aggregator != 'mean':
+    kw['aggregator'] = aggregator
+  exp = make(tiny_npz, unequal_partition, dropout_prob=0.0, **kw)
+  hand = engine.make_round(exp.algo, exp.schedule, exp.max_local_steps, 4, 'examples',
+                           unreliable=None)
+  a = b = exp.state
+  for _ in range(3):
+    (a, ma), (b, mb) = jax.jit(exp.round_fn)(a, exp.data), jax.jit(hand)(b, exp.data)
+    for k in ('client_update_norm_mean', 'mean_update_norm', 'update_cosine',
+              'client_loss_std', 'train_loss'):
+      assert np.asarray(ma[k]).tobytes() == np.asarray(mb[k]).tobytes(), k
+  for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  # pylint: disable-next=protected-access
+  assert not robust._masked(fedjax_drift.Config(dropout_prob=0.0))
 
 
 def test_draw_frequencies():
