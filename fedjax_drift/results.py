@@ -206,12 +206,27 @@ def log_shifts(per_run, log):
 
 # The whole study's results.
 
+def communication_bytes(floats, server, params) -> dict:
+  """{'down', 'up'}: bytes one participating client receives and sends per round. floats:
+  the algorithm's message sizes (FederatedAlgorithm.communication), 4 bytes per float32; a
+  compressing part (--local_terms=topk|qsgd, algorithms/compression.py) replaces the delta's
+  share of 'up' by its own count, the bytes_per_client in its server buffer (`server`), the
+  figure rounds.csv's upload_bytes sums over the cohort."""
+  up = 4 * floats['up']
+  for buffer in server.values() if isinstance(server, dict) else ():
+    if isinstance(buffer, dict) and 'bytes_per_client' in buffer:
+      up += int(buffer['bytes_per_client']) - 4 * sum(a.size for a in jax.tree.leaves(params))
+  return {'down': 4 * floats['down'], 'up': up}
+
+
 def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
   """summary.json: the study's settings, timings (compiled: simulation.Compiled), every run
   (run_summary), every grid point (grid_summaries), the selected point when there are several
   and, with one run, that run's metrics at the top level."""
   cfg, exp = study.config, study.experiments[0]
-  comm = exp.algo.communication(exp.state.params)
+  sent = communication_bytes(exp.algo.communication(exp.state.params), exp.state.server,
+                             exp.state.params)
+  comm = {k: v // 4 if v % 4 == 0 else v / 4 for k, v in sent.items()}  # float32 words
   out = {
       'algo': cfg.algo, 'dataset': exp.dataset.name, 'rounds': cfg.rounds,
       'weighting': algorithms.weighting(cfg),
@@ -220,6 +235,8 @@ def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
       'grid': {k: sorted({s.point[k] for s in study.runs}) for k in study.runs[0].point},
       'communication_floats_per_client': comm,
       'communication_floats_per_round': {k: v * cfg.clients_per_round for k, v in comm.items()},
+      'communication_bytes_per_client': sent,
+      'communication_bytes_per_round': {k: v * cfg.clients_per_round for k, v in sent.items()},
       'wall_time_s': total_s, 'train_time_s': train_s, 'compile_s': compiled.compile_s,
       'memory_estimate_bytes': compiled.memory_bytes,
       'segment_compilations': 1,  # compiled ahead of time; every call reuses it

@@ -4,14 +4,18 @@ Setting of tests/test_algorithms.py (four clients of 5, 9, 14, 20 examples, H_i 
 cohort of 3 of the 4: the numpy reference keeps every client's residual e_i across rounds,
 sends C(delta_i + e_i) and averages what was sent with the n_i/n weights.
 """
+import csv
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import fedjax_drift
 from fedjax_drift.algorithms import compression
 from helpers import (check_sweep_equals_single_runs_and_resumes, cohort_and_batches,
-                     run_rounds)
+                     run_rounds, tiny_config)
 from reference import LogReg, flat
 from test_algorithms import ce_grad, local_sgd, make, weights
 
@@ -123,3 +127,31 @@ def test_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, term):
   """The residuals are per-client state: vmapped over seeds and checkpointed."""
   check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, local_terms=term,
                                              model='logreg', topk_fraction=0.2, qsgd_levels=2)
+
+
+@pytest.mark.parametrize('algo,term', [('fedavg', 'topk'), ('fedavg', 'qsgd'),
+                                       ('scaffold', 'topk'), ('fedavg', '')])
+def test_summary_counts_the_bytes_rounds_csv_counts(tiny_npz, unequal_partition, tmp_path,
+                                                     algo, term):
+  """summary.json's communication figures come from the compressor's own count: up bytes per
+  client times K is rounds.csv's upload_bytes (plus 4 bytes per float of what else a client
+  sends, SCAFFOLD's control variate), and the float figure is that many float32 words, never
+  the dense delta's; uncompressed, 4 bytes per float of the messages."""
+  config = tiny_config(tiny_npz, unequal_partition, algo=algo, local_terms=term,
+                       topk_fraction=0.3, qsgd_levels=3, clients_per_round=3, rounds=2,
+                       out=str(tmp_path / 'run'))
+  fedjax_drift.run(config, log=lambda *_: None)
+  summary = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+  sent, floats = summary['communication_bytes_per_client'], summary[
+      'communication_floats_per_client']
+  dense = (6 * 3 + 3)  # logreg: kernel 6 x 3, bias 3
+  others = dense if algo == 'scaffold' else 0  # SCAFFOLD's c_i delta, uncompressed
+  assert sent['down'] == 4 * floats['down'] and floats['up'] == sent['up'] / 4
+  assert summary['communication_bytes_per_round'] == {k: 3 * v for k, v in sent.items()}
+  if not term:
+    assert floats['up'] == dense and sent['up'] == 4 * dense
+    return
+  with open(tmp_path / 'run' / 'rounds.csv') as f:
+    uploads = {float(r['upload_bytes']) for r in csv.DictReader(f)}
+  assert uploads == {3 * (sent['up'] - 4 * others)}
+  assert sent['up'] - 4 * others < 4 * dense and floats['up'] < dense + others
