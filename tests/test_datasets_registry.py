@@ -37,9 +37,10 @@ def test_the_dataset_specific_fields_are_declared():
   assert declared == {'hf_image_column', 'hf_label_column', 'hf_train_split', 'hf_test_split',
                       'cifar100_labels', 'emnist_split', 'digits5_parts', 'tokenizer',
                       'vocab_size', 'max_seq_len'}
-  # num_clients and seed: Stack Overflow draws its users at load (data/stackoverflow.py).
+  # num_clients and seed: Stack Overflow draws its users at load (data/stackoverflow.py), and
+  # FEMNIST / Shakespeare under --partition=natural (data/natural.py).
   assert set(sources.LOAD_OPTIONS) == declared | {'image_size', 'pretrained', 'num_clients',
-                                                  'seed'}
+                                                  'seed', 'partition'}
   for name in ('emnist', 'emnist_letters'):
     assert registry.find('dataset', name).reads == ('emnist_split',)
   for name in ('ag_news', 'sst5', 'text:x.csv', 'tfds:ag_news_subset'):

@@ -138,24 +138,69 @@ def _config(dataset, data_dir, **kw):
     ('shakespeare', layouts.write_shakespeare_h5, dict(model='char_lstm', num_clients=2))])
 def test_two_rounds_on_the_files_own_clients(tmp_path, dataset, writer, kw):
   writer(str(tmp_path / 'data'))
-  ds = sources.load(dataset, str(tmp_path / 'data'))
+  ds = sources.load(dataset, str(tmp_path / 'data'))  # every client
   column = ds.groups[natural.COLUMNS[dataset]]
   assert common.usual_model(dataset) == kw['model']
   config = _config(dataset, str(tmp_path / 'data'), out=str(tmp_path / 'run'), **kw)
   exp = fedjax_drift.prepare(config)
-  # --num_clients below the files' clients: the seeded subset partitions.natural draws, each
-  # a whole client of the files.
+  # --num_clients below the files' clients: the seeded subset partitions.natural draws from
+  # all of them, each a whole client of the files, and only their test examples.
   want = partitions.natural(column, kw['num_clients'], np.random.default_rng(config.seed))
   assert len(np.unique(column)) > kw['num_clients'] == len(exp.train_parts)
   for got, part in zip(exp.train_parts, want):
-    np.testing.assert_array_equal(got, part)
-    (client,) = set(column[got])
-    np.testing.assert_array_equal(got, np.flatnonzero(column == client))
+    np.testing.assert_array_equal(exp.dataset.x_train[got], ds.x_train[part])
+    np.testing.assert_array_equal(exp.dataset.y_train[got], ds.y_train[part])
+    assert len(set(column[part])) == 1
+  picked = [column[p[0]] for p in want]
+  test_ids = ds.groups_test[natural.COLUMNS[dataset]]
+  np.testing.assert_array_equal(exp.dataset.y_test, ds.y_test[np.isin(test_ids, picked)])
+  np.testing.assert_array_equal(exp.dataset.x_test, ds.x_test[np.isin(test_ids, picked)])
   summary = fedjax_drift.run(config, log=lambda *a, **k: None)
   with open(tmp_path / 'run' / 'summary.json') as f:
     assert json.load(f) is not None
   assert summary is not None
   assert os.path.isfile(tmp_path / 'run' / 'metrics.csv')
+
+
+@pytest.mark.parametrize('kind', ['h5', 'leaf'])
+def test_the_test_split_is_the_chosen_writers(tmp_path, kind, monkeypatch):
+  """--num_clients=3 of 7 writers under --partition=natural: the training and test splits
+  hold the drawn writers' examples only (the writers partitions.natural draws from all),
+  from the files, the imported copy alike; all writers, or another partition: unchanged."""
+  monkeypatch.setenv('FEDJAX_DRIFT_CACHE', str(tmp_path / 'cache'))
+  write = layouts.write_femnist_h5 if kind == 'h5' else layouts.write_femnist_leaf
+  clients = write(str(tmp_path / kind), writers=7)
+  uids = sorted(clients['train'])
+  every = sources.load('femnist', str(tmp_path / kind))
+  for seed in (0, 5):
+    drawn = partitions.natural(every.groups['writer'], 3, np.random.default_rng(seed))
+    picked = [uids[int(every.groups['writer'][p[0]])] for p in drawn]
+    want = _femnist_expected({s: {u: clients[s][u] for u in picked} for s in clients})
+    for data_dir in (str(tmp_path / kind), None):
+      ds = sources.load('femnist', data_dir, num_clients=3, seed=seed, partition='natural')
+      _check_femnist(ds, want)
+      np.testing.assert_array_equal(ds.groups_test['writer'], want['w_test'])
+      if data_dir:
+        assert prepare.main(['import', str(tmp_path / kind)]) == 0
+  for options in (dict(num_clients=7, partition='natural:writer'),
+                  dict(num_clients=3, partition='iid'), {}):
+    same = sources.load('femnist', str(tmp_path / kind), seed=1, **options)
+    for a, b in zip(same[1:5], every[1:5]):
+      np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(every.y_test, _femnist_expected(clients)['y_test'])
+
+
+def test_a_cache_without_test_ids_refuses_a_subset(tmp_path, monkeypatch):
+  monkeypatch.setenv('FEDJAX_DRIFT_CACHE', str(tmp_path / 'cache'))
+  layouts.write_femnist_h5(str(tmp_path / 'tff'), writers=4)
+  assert prepare.main(['import', str(tmp_path / 'tff')]) == 0
+  path = common.imported_path('femnist')
+  with np.load(path) as f:
+    arrays = {k: f[k] for k in f.files if k != 'writer_test'}
+  np.savez(path, **arrays)  # as an import before test ids were kept wrote it
+  assert len(sources.load('femnist', num_clients=4, partition='natural').y_test)
+  with pytest.raises(fedjax_drift.UserError, match='import the files again'):
+    sources.load('femnist', num_clients=2, partition='natural')
 
 
 def test_bare_natural_needs_exactly_one_group_column():

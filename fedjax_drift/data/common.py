@@ -92,6 +92,10 @@ class Dataset(NamedTuple):
     --partition=domains and per-domain evaluation); domain_names: one name per id.
   groups: {column name: int32 id per training example} (natural partitions,
     --partition=natural:COLUMN), e.g. {'client': ...} or {'writer': ...}.
+  groups_test: {column name: int32 id per test example}, the same clients' numbers (ids
+    beyond the training ones: clients with test examples only), or None: the natural
+    datasets' readers keep them so that a drawn subset of clients keeps its own test examples
+    (data/natural.py).
   vocab_size: 0 for images and features; for text, the tokenizer's vocabulary size, and x is
     int32 [N, 2, L]: x[:, 0] token ids in [0, vocab_size), x[:, 1] the attention mask (1 = a
     real token, 0 = padding); see data/text.py.
@@ -110,6 +114,7 @@ class Dataset(NamedTuple):
   vocab_size: int = 0
   x_val: np.ndarray = None
   y_val: np.ndarray = None
+  groups_test: dict = None
 
 
 def read_idx(path, expected_ndim, where=None):
@@ -229,8 +234,11 @@ def npz_structure(path):
         out['domain_names'] = tuple(str(n) for n in f['domain_names'])
       groups = {k[:-len('_train')]: f[k] for k in f.files
                 if k.endswith('_train') and k not in ('x_train', 'y_train', 'd_train')}
+      groups_test = {k: f[f'{k}_test'] for k in groups if f'{k}_test' in f.files}
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(f'cannot read {path} as npz: {e}') from None
+  if groups_test:
+    out['groups_test'] = groups_test
   return dict(out, groups=groups) if groups else out
 
 
@@ -292,7 +300,8 @@ def _check_no_stray_labels(name, y_train, y_test):
 
 
 def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains_test=None,
-             domain_names=(), groups=None, vocab_size=0, x_val=None, y_val=None):
+             domain_names=(), groups=None, vocab_size=0, x_val=None, y_val=None,
+             groups_test=None):
   """Checks shapes, label range and finiteness; returns a Dataset with int32 labels.
 
   The optional structure (domain ids per split, group columns per training example) is
@@ -353,9 +362,11 @@ def validate(name, x_train, y_train, x_test, y_test, domains_train=None, domains
   domains_train, domains_test = _check_domains(name, domains_train, domains_test, len(x_train),
                                                len(x_test), domain_names)
   groups = {k: _check_ids(name, f'{k}_train', v, len(x_train)) for k, v in (groups or {}).items()}
+  groups_test = {k: _check_ids(name, f'{k}_test', v, len(x_test))
+                 for k, v in (groups_test or {}).items() if k in groups}
   ds = Dataset(name, x_train, y_train.astype(np.int32), x_test, y_test.astype(np.int32),
                num_classes, domains_train, domains_test, tuple(domain_names), groups or None,
-               int(vocab_size))
+               int(vocab_size), groups_test=groups_test or None)
   return ds if x_val is None and y_val is None else _validate_val(ds, x_val, y_val, dtypes[0])
 
 

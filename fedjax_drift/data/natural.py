@@ -27,10 +27,16 @@ snippets joined by spaces, newlines made spaces, runs of spaces made one, then e
 The ids are stored as the text datasets' tokens (int32 [N, 2, 80]: ids, an all-ones mask).
 
 Each training example carries its client's id in the group column `writer` (FEMNIST) or `role`
-(Shakespeare), numbered in sorted order of the files' client ids: --partition=natural (or
-natural:writer, natural:role) makes each of them a client, and --num_clients below their
-number picks a seeded subset (partitions.natural). The test split pools every client's test
-examples.
+(Shakespeare), numbered in sorted order of the files' client ids (the test examples too, in
+Dataset.groups_test; clients with test examples only are numbered after them):
+--partition=natural (or natural:writer, natural:role) makes each of them a client.
+--num_clients below their number draws a seeded subset when the data are read, as LEAF
+samples whole users and TFF evaluates the sampled clients: the chosen clients' training
+examples make the training split and their test examples the test split (`chosen`). The draw
+is Stack Overflow's (stackoverflow.choose), the one partitions.natural makes on the whole list
+of clients, so the clients are those the partition would take from all of them; the study
+reads the data once, so the runs of --seeds > 1 share that draw. Any other partition, or all
+the clients, keeps every example of both splits.
 """
 import io
 import json
@@ -40,7 +46,7 @@ import re
 import numpy as np
 from PIL import Image
 
-from fedjax_drift.data import common, hubfiles
+from fedjax_drift.data import common, hubfiles, stackoverflow
 from fedjax_drift.errors import UserError
 
 try:  # optional: only TFF's h5 files need it
@@ -292,11 +298,44 @@ def assemble(name, train, test):
   ids = np.repeat(np.arange(len(clients), dtype=np.int32), [len(train[c][1]) for c in clients])
   x_test = np.concatenate([test[c][0] for c in held])
   y_test = np.concatenate([test[c][1] for c in held])
+  number = {c: k for k, c in enumerate(clients + sorted(set(held) - set(clients)))}
+  test_ids = np.repeat(np.array([number[c] for c in held], np.int32),
+                       [len(test[c][1]) for c in held])
+  structure = dict(groups={COLUMNS[name]: ids}, groups_test={COLUMNS[name]: test_ids})
   if name == 'shakespeare':
     ds = common.validate(name, _tokens(x_train), y_train, _tokens(x_test), y_test,
-                         groups={COLUMNS[name]: ids}, vocab_size=len(LETTERS))
+                         vocab_size=len(LETTERS), **structure)
     return ds._replace(num_classes=len(LETTERS))
-  return common.validate(name, x_train, y_train, x_test, y_test, groups={COLUMNS[name]: ids})
+  return common.validate(name, x_train, y_train, x_test, y_test, **structure)
+
+
+def chosen(ds, num_clients, seed, partition):
+  """`ds` with only the --num_clients clients drawn with --seed (stackoverflow.choose over
+  its training clients' numbers), renumbered 0..k-1 in order, in both splits, when
+  --partition is natural on its group column and the draw leaves some out; else `ds`."""
+  column = COLUMNS.get(ds.name)
+  if column is None or partition not in ('natural', f'natural:{column}'):
+    return ds
+  train_ids = ds.groups[column]
+  count = int(train_ids.max()) + 1
+  picked = np.asarray(stackoverflow.choose(list(range(count)), num_clients, seed), np.int64)
+  if len(picked) == count:
+    return ds
+  test_ids = (ds.groups_test or {}).get(column)
+  if test_ids is None:
+    raise UserError(f'--dataset={ds.name}: the imported copy has no test client ids, so '
+                    f'--num_clients={num_clients} cannot keep its clients\' test examples; '
+                    'import the files again (`fedjax-drift-data import DIR`)')
+  renumber = np.full(max(count, int(test_ids.max()) + 1), -1, np.int64)
+  renumber[picked] = np.arange(len(picked))
+  train, test = renumber[train_ids] >= 0, renumber[test_ids] >= 0
+  if not test.any():
+    raise UserError(f'--dataset={ds.name}: none of the {len(picked)} clients drawn '
+                    f'(--num_clients, --seed) has test examples; choose more clients')
+  return ds._replace(
+      x_train=ds.x_train[train], y_train=ds.y_train[train], x_test=ds.x_test[test],
+      y_test=ds.y_test[test], groups={column: renumber[train_ids[train]].astype(np.int32)},
+      groups_test={column: renumber[test_ids[test]].astype(np.int32)})
 
 
 def layout(folder):
@@ -393,16 +432,19 @@ def found_in(dirpath, files, subdirs):
 # ---------------------------------------------------------------------------------------------
 # Loading and registering.
 
-def load(dataset, data_dir=None, **_):
-  """femnist or shakespeare from --data_dir (read_folder), or the imported copy."""
+def load(dataset, data_dir=None, num_clients=0, seed=0, partition='', **_):
+  """femnist or shakespeare from --data_dir (read_folder), or the imported copy, with only
+  the clients --num_clients draws when --partition is natural (`chosen`)."""
   if data_dir:
-    return read_folder(dataset, data_dir)
+    return chosen(read_folder(dataset, data_dir), num_clients, seed, partition)
   arrays = common.load_imported(dataset)
   structure = common.npz_structure(common.imported_path(dataset))
   if dataset == 'shakespeare':  # token data: the alphabet is the vocabulary and the classes
     structure['vocab_size'] = len(LETTERS)
-    return common.validate(dataset, *arrays, **structure)._replace(num_classes=len(LETTERS))
-  return common.validate(dataset, *arrays, **structure)
+    ds = common.validate(dataset, *arrays, **structure)._replace(num_classes=len(LETTERS))
+  else:
+    ds = common.validate(dataset, *arrays, **structure)
+  return chosen(ds, num_clients, seed, partition)
 
 
 def _folder_files(dataset, folder):
@@ -415,13 +457,15 @@ def _folder_files(dataset, folder):
           + common.files_under(os.path.join(root, 'test')))
 
 
+# The fields `chosen` reads: --num_clients clients drawn with --seed for --partition=natural.
+_SHARED = ('num_clients', 'seed', 'partition')
 common.register_dataset(
     'femnist', 'FEMNIST by writer (62 classes, 28x28): TFF\'s fed_emnist_{train,test}.h5, '
     'LEAF\'s train/ + test/ JSON, a Hugging Face folder (flwrlabs/femnist), or imported; '
-    'group column writer', load, importable=True,
+    'group column writer', load, importable=True, shared=_SHARED,
     folder_files=_folder_files, model='cnn_emnist')
 common.register_dataset(
     'shakespeare', 'Shakespeare by speaking role, LEAF\'s next-character task (80 symbols): '
     'TFF\'s shakespeare_{train,test}.h5, LEAF\'s JSON, a Hugging Face folder '
     '(flwrlabs/shakespeare), or imported; group column role',
-    load, importable=True, folder_files=_folder_files, model='char_lstm')
+    load, importable=True, shared=_SHARED, folder_files=_folder_files, model='char_lstm')

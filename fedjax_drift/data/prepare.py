@@ -116,6 +116,7 @@ def save(name, arrays):
 def _structure_arrays(ds):
   """A Dataset's domain ids, domain names and group columns as the cache npz stores them."""
   out = {f'{k}_train': v for k, v in (ds.groups or {}).items()}
+  out.update({f'{k}_test': v for k, v in (ds.groups_test or {}).items()})
   if ds.domains_train is not None:
     out.update(d_train=ds.domains_train, d_test=ds.domains_test)
   if ds.domain_names:
