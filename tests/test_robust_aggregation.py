@@ -151,7 +151,8 @@ SCRIPT = textwrap.dedent('''
       return state
     for flags in (dict(aggregator='krum', krum_select=2), dict(aggregator='median'),
                   dict(algo='dp_fedavg', local_terms='topk', dp_clip=0.1, dp_noise=0.5),
-                  dict(local_terms='qsgd', qsgd_levels=2)):
+                  dict(local_terms='qsgd', qsgd_levels=2),
+                  dict(aggregator='median', dropout_prob=0.4)):
       ref, sharded = run(1, **flags), run(2, **flags)
       chex.assert_trees_all_close(sharded.params, ref.params, atol=1e-5, rtol=1e-5)
       chex.assert_trees_all_close(sharded.clients, ref.clients, atol=1e-5, rtol=1e-5)
