@@ -224,9 +224,9 @@ def test_median_and_drift_metrics_with_dropout_against_numpy(tiny_npz, unequal_p
 
 @pytest.mark.parametrize('aggregator', ['mean', 'median', 'trimmed_mean'])
 def test_dropout_zero_changes_nothing_bit_for_bit(tiny_npz, unequal_partition, aggregator):
-  """--dropout_prob=0: the round built without a mask (the unmasked aggregator and
-  diagnostics) gives the same params and drift metrics, bit for bit, as one built by hand
-  from the unmasked parts with no Unreliable."""
+  """--dropout_prob=0: the run's round gives the same params and drift metrics, bit for bit,
+  as engine.make_round with no Unreliable over the same algorithm, whose aggregator is the
+  unmasked one (robust._masked is False)."""
   kw = dict(clients_per_round=4, trim_beta=0.3)
   if aggregator != 'mean':
     kw['aggregator'] = aggregator
