@@ -272,3 +272,14 @@ def test_bounds():
 def test_sweep_and_resume_with_dropout_and_stragglers(tiny_npz, tmp_path):
   check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, algo='fednova', model='logreg',
                                              dropout_prob=0.3, straggler_frac=0.5)
+
+
+@pytest.mark.parametrize('algo,aggregator', [('dp_fedavg', 'dp_gaussian'),
+                                             ('igfl_s', 'attention_self')])
+def test_aggregators_over_the_whole_cohort_refuse_dropout(tiny_npz, unequal_partition, algo,
+                                                          aggregator):
+  """DP-FedAvg's noise and accountant assume K reporting clients, IGFL's attention weighs the
+  whole cohort's updates: with dropped clients each is refused in one line naming both flags."""
+  with pytest.raises(UserError, match=f'--aggregator={aggregator} cannot take '
+                                      '--dropout_prob=0.3'):
+    make(tiny_npz, unequal_partition, algo, dropout_prob=0.3)

@@ -31,6 +31,7 @@ import numpy as np
 from optax.tree_utils import tree_norm
 
 from fedjax_drift import registry
+from fedjax_drift.algorithms.local import is_off
 from fedjax_drift.algorithms.parts import Part
 from fedjax_drift.algorithms.recipes import Recipe, algorithm
 from fedjax_drift.errors import UserError
@@ -123,6 +124,10 @@ def _dp_gaussian(v, weighting='uniform', **_):
   if weighting != 'uniform':
     raise UserError(f'--aggregator=dp_gaussian averages over the fixed denominator K ({_SOURCE})'
                     f': use --weighting=uniform, not {weighting}')
+  if not is_off(v.dropout_prob):
+    raise UserError(f'--aggregator=dp_gaussian cannot take --dropout_prob={v.dropout_prob}: the '
+                    'reporting clients\' mean would divide by fewer than K while the noise and '
+                    f'the accountant assume K ({_SOURCE}); use --dropout_prob=0')
   if v.dp_noise > 0 and not np.isfinite(v.dp_clip):
     raise UserError(f'--dp_noise={v.dp_noise} needs a finite --dp_clip (the noise is '
                     'dp_noise * dp_clip / K)')

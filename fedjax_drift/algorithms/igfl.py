@@ -33,9 +33,11 @@ infinite scores are clipped to the float range, so huge dot products stay finite
 import jax
 import jax.numpy as jnp
 
+from fedjax_drift.algorithms.local import is_off
 from fedjax_drift.algorithms.parts import Part
 from fedjax_drift import registry
 from fedjax_drift.algorithms.recipes import Recipe, algorithm
+from fedjax_drift.errors import UserError
 
 ATTENTIONS = ('self', 'global', 'time', 'time_rows')
 
@@ -170,6 +172,12 @@ def _group(v, **_):
 
 def _attention_entry(kind):
   def build(v, parts=(), **_):
+    if not is_off(v.dropout_prob):
+      # The attention weighs every update of the cohort, a dropped client's zero one included;
+      # IGFL defines no attention over a cohort that shrinks.
+      raise UserError(f'--aggregator=attention_{kind} cannot take --dropout_prob='
+                      f'{v.dropout_prob}: IGFL\'s attention is over the whole cohort\'s updates '
+                      '(a dropped client would enter it as a zero update); use --dropout_prob=0')
     return attention(kind, v.attention_similarity, v.attention_temperature,
                      'igfl_c' if 'igfl_c' in parts else None)
   registry.register('aggregator', f'attention_{kind}', f'IGFL-S attention over the cohort\'s '
