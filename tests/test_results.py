@@ -69,8 +69,8 @@ def test_summary_selects_through_the_path_simulation_uses():
   (only what summary reads)."""
   per_run = _per_run()
   exp = types.SimpleNamespace(
-      algo=types.SimpleNamespace(communication=lambda params: {'upload': 10, 'download': 10}),
-      state=types.SimpleNamespace(params={}, clients={}), dataset=types.SimpleNamespace(
+      algo=types.SimpleNamespace(communication=lambda params: {'up': 10, 'down': 10}),
+      state=types.SimpleNamespace(params={}, clients={}, server={}), dataset=types.SimpleNamespace(
           name='tiny'), chunk=1, strategy='vmap', model=types.SimpleNamespace(family='dense'))
   for config in (Config(rounds=ROUNDS), Config(rounds=ROUNDS, val_fraction=0.2)):
     study = types.SimpleNamespace(config=config, experiments=[exp], runs=_specs(per_run),
