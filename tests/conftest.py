@@ -108,8 +108,9 @@ def session_compile_cache(tmp_path_factory):
   and evaluation), and compiling each anew per test and per subprocess was most of the
   suite's time. Sharing stays hermetic: JAX keys an entry by the program, its compile
   options, the jaxlib version and the devices, so a hit returns what compiling would (tested
-  in test_compile_cache.py); under pytest-xdist the workers share one. Runs with `--compile_cache=auto` use it because JAX's own
-  $JAX_COMPILATION_CACHE_DIR wins there; the dataset cache and HOME stay per test."""
+  in test_compile_cache.py); under pytest-xdist the workers share one. Runs with
+  `--compile_cache=auto` use it because JAX's own $JAX_COMPILATION_CACHE_DIR wins there; the
+  dataset cache and HOME stay per test."""
   if os.environ.get('PYTEST_XDIST_WORKER'):
     # pytest-xdist: the workers' base directories share a parent, and so does their cache
     # (JAX locks its cache directory while it writes, so concurrent workers are safe).
@@ -153,6 +154,14 @@ def hermetic_environment(tmp_path_factory, monkeypatch):
   monkeypatch.setenv('MPLCONFIGDIR', str(root / 'mpl'))
   monkeypatch.setenv('HOME', str(home))
   yield root
+
+
+def pytest_configure(config):
+  """pytest-xdist hands out groups largest first unless told not to (--loadscope-reorder, on
+  by default), which started the longest test, a group of one, last: keep the order that
+  pytest_collection_modifyitems below sets."""
+  if hasattr(config.option, 'loadscopereorder'):
+    config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(tryfirst=True)
