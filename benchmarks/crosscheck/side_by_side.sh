@@ -38,7 +38,8 @@ THEIRS="--arch resnet8 --complex_arch master=resnet8,worker=resnet8 --experiment
   --group_norm_num_groups 16 --data cifar10 --pin_memory False --num_workers 0
   --batch_size 20 --partition_data origin --train_data_ratio 1 --val_data_ratio 0
   --n_clients 10 --participation_ratio 0.3 --n_comm_rounds 5 --local_n_epochs 5
-  --world_conf 0,0,1,1,100 --on_cuda False --optimizer sgd --lr 0.05 --local_prox_term 0 --lr_warmup False --lr_scheduler MultiStepLR
+  --world_conf 0,0,1,1,100 --on_cuda False --optimizer sgd --lr 0.05 --local_prox_term 0
+  --lr_warmup False --lr_scheduler MultiStepLR
   --lr_decay 0.1 --weight_decay 1e-5 --use_nesterov False --momentum_factor 0.9
   --lr_warmup_epochs 5 --lr_warmup_epochs_upper_bound 150
   --track_time True --pn_normalize True --same_seed_process False --projection False"
