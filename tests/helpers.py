@@ -1,4 +1,5 @@
 """Shared test helpers: build an experiment on the tiny problem and replay its batches."""
+import csv
 import functools
 import os
 
@@ -7,6 +8,26 @@ import numpy as np
 
 import fedjax_drift
 from fedjax_drift import engine
+
+
+# Keyword arguments that silence fedjax_drift.run's console lines.
+QUIET = dict(log=lambda *_: None)
+
+
+def sweep_config(npz, out, **kw):
+  """The sweep tests' Config: the npz problem over 6 Dirichlet(1) clients, 3 a round, an MLP,
+  4 rounds of one local epoch, evaluated every 2, written to `out`; `kw` overrides."""
+  base = dict(dataset=f'npz:{npz}', partition='dirichlet', dirichlet_alpha=1.0, model='mlp',
+              num_clients=6, clients_per_round=3, rounds=4, eval_every=2, local_steps=0,
+              local_epochs=1, batch_size=4, lr=0.1, progress=False, out=str(out))
+  base.update(kw)
+  return fedjax_drift.Config(**base)
+
+
+def csv_rows(path, **match):
+  """The rows of CSV file `path` (dicts of strings) whose columns equal `match`'s values."""
+  with open(path) as f:
+    return [r for r in csv.DictReader(f) if all(r[k] == str(v) for k, v in match.items())]
 
 
 def tiny_config(npz, partition, **overrides):
@@ -67,25 +88,24 @@ def evaluated_rounds(run_dir):
 
 
 def check_sweep_equals_single_runs_and_resumes(npz, tmp_path, **kw):
-  """A 2-seed, 2-round sweep of config `kw` (test_sweep._config's flags) compiles once, each
+  """A 2-seed, 2-round sweep of config `kw` (sweep_config's flags) compiles once, each
   seed's test losses equal its single run, and the sweep stopped after round 1 and resumed
   writes the same metrics.csv: the algorithm's state is vmapped over runs and checkpointed."""
-  from test_sweep import QUIET, _config, _rows  # pylint: disable=g-import-not-at-top
   kw = dict(kw, rounds=2, eval_every=1)
-  summary = fedjax_drift.run(_config(npz, tmp_path / 'sweep', seeds=2, **kw), **QUIET)
+  summary = fedjax_drift.run(sweep_config(npz, tmp_path / 'sweep', seeds=2, **kw), **QUIET)
   assert summary['segment_compilations'] == 1
-  sweep = _rows(tmp_path / 'sweep' / 'metrics.csv')
+  sweep = csv_rows(tmp_path / 'sweep' / 'metrics.csv')
   for seed in (0, 1):
     out = tmp_path / f'single-{seed}'
-    fedjax_drift.run(_config(npz, out, seed=seed, **kw), **QUIET)
-    single = [float(r['test_loss']) for r in _rows(out / 'metrics.csv')]
-    run = [r for r in _rows(tmp_path / 'sweep' / 'runs.csv') if int(r['seed']) == seed][0]
+    fedjax_drift.run(sweep_config(npz, out, seed=seed, **kw), **QUIET)
+    single = [float(r['test_loss']) for r in csv_rows(out / 'metrics.csv')]
+    run = [r for r in csv_rows(tmp_path / 'sweep' / 'runs.csv') if int(r['seed']) == seed][0]
     mine = [float(r['test_loss']) for r in sweep if r['run'] == run['run']]
     assert len(mine) == 3
     np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)
   kw['rounds'] = 1
-  fedjax_drift.run(_config(npz, tmp_path / 'resumed', seeds=2, **kw), **QUIET)
+  fedjax_drift.run(sweep_config(npz, tmp_path / 'resumed', seeds=2, **kw), **QUIET)
   fedjax_drift.resume(str(tmp_path / 'resumed'), rounds=2, **QUIET)
-  resumed = _rows(tmp_path / 'resumed' / 'metrics.csv')
+  resumed = csv_rows(tmp_path / 'resumed' / 'metrics.csv')
   assert [(r['run'], r['round'], r['test_loss']) for r in resumed] == \
       [(r['run'], r['round'], r['test_loss']) for r in sweep]

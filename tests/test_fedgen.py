@@ -17,7 +17,8 @@ import pytest
 import fedjax_drift
 from fedjax_drift import models
 from fedjax_drift.algorithms import fedgen
-from helpers import check_sweep_equals_single_runs_and_resumes, cohort_and_batches, run_rounds
+from helpers import (QUIET, check_sweep_equals_single_runs_and_resumes, cohort_and_batches,
+                     csv_rows, run_rounds, sweep_config)
 from test_algorithms import LR, _fedavg_params, make, weights
 
 C, D = 3, 6  # classes; logreg's penultimate width (its inputs)
@@ -246,15 +247,14 @@ def test_two_seed_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path):
 @pytest.mark.slow
 def test_grid_over_alpha_equals_single_runs(tiny_npz, tmp_path):
   """--fedgen_alpha and --fedgen_lr are gridable: traced scalars in one compiled program."""
-  from test_sweep import QUIET, _config, _rows  # pylint: disable=g-import-not-at-top
   kw = dict(algo='fedgen', model='logreg', rounds=2, eval_every=2, fedgen_steps=2,
             fedgen_hidden=8, fedgen_noise_dim=4, fedgen_client_batch=4)
-  fedjax_drift.run(_config(tiny_npz, tmp_path / 'grid', grid='fedgen_alpha:0.5,5', **kw),
+  fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'grid', grid='fedgen_alpha:0.5,5', **kw),
                    **QUIET)
-  grid = _rows(tmp_path / 'grid' / 'metrics.csv')
+  grid = csv_rows(tmp_path / 'grid' / 'metrics.csv')
   for i, alpha in enumerate((0.5, 5.0)):
     out = tmp_path / f'single-{alpha}'
-    fedjax_drift.run(_config(tiny_npz, out, fedgen_alpha=alpha, **kw), **QUIET)
-    single = [float(r['test_loss']) for r in _rows(out / 'metrics.csv')]
+    fedjax_drift.run(sweep_config(tiny_npz, out, fedgen_alpha=alpha, **kw), **QUIET)
+    single = [float(r['test_loss']) for r in csv_rows(out / 'metrics.csv')]
     mine = [float(r['test_loss']) for r in grid if int(r['run']) == i]
     np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)

@@ -18,7 +18,7 @@ from fedjax_drift.algorithms import fedrep
 from fedjax_drift.errors import UserError
 from helpers import check_sweep_equals_single_runs_and_resumes, cohort_and_batches, tiny_config
 from reference import LogReg, flat, onehot, softmax
-from test_sweep import QUIET, _config, _rows
+from helpers import QUIET, csv_rows, sweep_config
 
 LR = 0.1
 
@@ -373,13 +373,13 @@ def test_seeds_sweep_and_resume_under_the_local_protocol(tiny_npz, tmp_path, alg
 def test_grid_points_equal_single_runs(tiny_npz, tmp_path, algo, axis):
   name, values = axis.split(':')
   kw = dict(LOCAL, algo=algo, rounds=2, eval_every=1)
-  fedjax_drift.run(_config(tiny_npz, tmp_path / 'grid', grid=axis, **kw), **QUIET)
-  grid = _rows(tmp_path / 'grid' / 'metrics.csv')
-  runs = _rows(tmp_path / 'grid' / 'runs.csv')
+  fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'grid', grid=axis, **kw), **QUIET)
+  grid = csv_rows(tmp_path / 'grid' / 'metrics.csv')
+  runs = csv_rows(tmp_path / 'grid' / 'runs.csv')
   for value in values.split(','):
     out = tmp_path / f'single-{value}'
-    fedjax_drift.run(_config(tiny_npz, out, **{**kw, name: float(value)}), **QUIET)
-    single = [float(r['test_loss']) for r in _rows(out / 'metrics.csv')]
+    fedjax_drift.run(sweep_config(tiny_npz, out, **{**kw, name: float(value)}), **QUIET)
+    single = [float(r['test_loss']) for r in csv_rows(out / 'metrics.csv')]
     run = [r for r in runs if float(r[name]) == float(value)][0]
     mine = [float(r['test_loss']) for r in grid if r['run'] == run['run']]
     np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)

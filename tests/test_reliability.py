@@ -129,7 +129,7 @@ def _strict_json(path):
     return json.load(f, parse_constant=lambda c: pytest.fail(f'{path} holds bare {c}'))
 
 
-def test_12_1_overwrite_keeps_user_files_and_inputs(tiny_npz, unequal_partition, tmp_path):
+def test_overwrite_keeps_user_files_and_inputs(tiny_npz, unequal_partition, tmp_path):
   out = tmp_path / 'run'
   _quiet(tiny_config(tiny_npz, unequal_partition, rounds=1, out=str(out)))
   data = _copy(tiny_npz, out / 'data.npz')
@@ -144,7 +144,7 @@ def test_12_1_overwrite_keeps_user_files_and_inputs(tiny_npz, unequal_partition,
   assert (out / 'data.npz').exists() and (out / 'config.json').exists()
 
 
-def test_12_1_overwrite_replaces_own_files(tiny_npz, unequal_partition, tmp_path):
+def test_overwrite_replaces_own_files(tiny_npz, unequal_partition, tmp_path):
   out = tmp_path / 'run'
   _quiet(tiny_config(tiny_npz, unequal_partition, rounds=2, out=str(out)))
   _quiet(tiny_config(tiny_npz, unequal_partition, rounds=1, out=str(out), overwrite='yes'))
@@ -152,7 +152,7 @@ def test_12_1_overwrite_replaces_own_files(tiny_npz, unequal_partition, tmp_path
   assert sorted(os.listdir(out / 'checkpoints')) == ['1']
 
 
-def test_12_1_overwrite_never_empties_the_working_directory(tiny_npz, tmp_path):
+def test_overwrite_never_empties_the_working_directory(tiny_npz, tmp_path):
   (tmp_path / 'notes.txt').write_text('mine')
   for flag in ('--overwrite', '--overwrite=force'):
     result = cli(f'--dataset=npz:{tiny_npz}', '--partition=iid', '--num_clients=4',
@@ -163,7 +163,7 @@ def test_12_1_overwrite_never_empties_the_working_directory(tiny_npz, tmp_path):
     assert (tmp_path / 'notes.txt').read_text() == 'mine'
 
 
-def test_12_2_second_writer_is_refused(tiny_npz, unequal_partition, tmp_path):
+def test_second_writer_is_refused(tiny_npz, unequal_partition, tmp_path):
   from fedjax_drift import rundir
   out = tmp_path / 'run'
   out.mkdir()
@@ -173,7 +173,7 @@ def test_12_2_second_writer_is_refused(tiny_npz, unequal_partition, tmp_path):
   assert os.listdir(out) == []
 
 
-def test_12_3_float64_beyond_float32_is_refused(tmp_path):
+def test_float64_beyond_float32_is_refused(tmp_path):
   x = np.ones((20, 3))
   x[3, 1] = 1e39  # finite as float64, inf as float32
   y = np.arange(20) % 2
@@ -185,7 +185,7 @@ def test_12_3_float64_beyond_float32_is_refused(tmp_path):
                                out=str(tmp_path / 'r'), progress=False))
 
 
-def test_12_4_resume_refuses_changed_inputs_and_stores_absolute_paths(
+def test_resume_refuses_changed_inputs_and_stores_absolute_paths(
     tiny_npz, unequal_partition, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   _copy(tiny_npz, tmp_path / 'd.npz')
@@ -203,7 +203,7 @@ def test_12_4_resume_refuses_changed_inputs_and_stores_absolute_paths(
   assert _tree(tmp_path / 'run') == before
 
 
-def test_12_5_resume_refuses_rounds_below_the_checkpoint(tiny_npz, unequal_partition, tmp_path):
+def test_resume_refuses_rounds_below_the_checkpoint(tiny_npz, unequal_partition, tmp_path):
   out = tmp_path / 'run'
   _quiet(tiny_config(tiny_npz, unequal_partition, rounds=3, out=str(out)))
   before = _tree(out)
@@ -224,7 +224,7 @@ def _damage_latest(out, how):
 
 @pytest.mark.parametrize('how', ['flip', pytest.param('truncate', marks=pytest.mark.slow),
                                  pytest.param('garbage', marks=pytest.mark.slow)])
-def test_12_6_damaged_latest_checkpoint_falls_back_bit_identically(
+def test_damaged_latest_checkpoint_falls_back_bit_identically(
     tiny_npz, unequal_partition, tmp_path, how):
   def config(out, rounds):
     return tiny_config(tiny_npz, unequal_partition, model='mlp', clients_per_round=2,
@@ -244,7 +244,7 @@ def test_12_6_damaged_latest_checkpoint_falls_back_bit_identically(
     np.testing.assert_array_equal(a[name], b[name])
 
 
-def test_12_6_no_intact_checkpoint_exit_2_and_nothing_changes(tiny_npz, unequal_partition,
+def test_no_intact_checkpoint_exit_2_and_nothing_changes(tiny_npz, unequal_partition,
                                                              tmp_path):
   out = tmp_path / 'run'
   assert cli(f'--dataset=npz:{tiny_npz}', f'--partition=file:{unequal_partition}',
@@ -260,14 +260,14 @@ def test_12_6_no_intact_checkpoint_exit_2_and_nothing_changes(tiny_npz, unequal_
   assert _tree(out) == before
 
 
-def test_12_7_resume_refuses_a_directory_that_is_not_a_run(tmp_path):
+def test_resume_refuses_a_directory_that_is_not_a_run(tmp_path):
   (tmp_path / 'config.json').write_text('{}')
   result = cli('--resume', f'--out={tmp_path}', '--progress=false')
   assert result.returncode == 2 and 'not a fedjax-drift run' in result.stderr, result.stderr
   assert (tmp_path / 'config.json').read_text() == '{}'
 
 
-def test_12_8_path_problems_are_found_before_compiling(tiny_npz, unequal_partition, tmp_path,
+def test_path_problems_are_found_before_compiling(tiny_npz, unequal_partition, tmp_path,
                                                        monkeypatch):
   from fedjax_drift import simulation
   def no_compile(*_):
@@ -285,7 +285,7 @@ def test_12_8_path_problems_are_found_before_compiling(tiny_npz, unequal_partiti
       _quiet(tiny_config(tiny_npz, unequal_partition, out=out, save_params=save))
 
 
-def test_12_8_longest_legal_save_params_name_is_written(tiny_npz, unequal_partition, tmp_path):
+def test_longest_legal_save_params_name_is_written(tiny_npz, unequal_partition, tmp_path):
   path = tmp_path / ('p' * 251 + '.npz')  # 255 characters: legal, '.tmpPID' was not
   _quiet(tiny_config(tiny_npz, unequal_partition, out=str(tmp_path / 'r'),
                      save_params=str(path)))
@@ -301,7 +301,7 @@ def _wait_for(proc, predicate, timeout=120):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('moment', ['compiling', 'training'])
-def test_12_9_sigint_one_line_exit_130_nothing_half_written(tmp_path, moment):
+def test_sigint_one_line_exit_130_nothing_half_written(tmp_path, moment):
   out = tmp_path / 'run'
   proc = subprocess.Popen([sys.executable, RUN, *ARGS, '--rounds=2000', f'--out={out}'],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -318,7 +318,7 @@ def test_12_9_sigint_one_line_exit_130_nothing_half_written(tmp_path, moment):
   assert left == []
 
 
-def test_12_10_divergence_names_only_existing_checkpoints(tiny_npz, unequal_partition,
+def test_divergence_names_only_existing_checkpoints(tiny_npz, unequal_partition,
                                                           tmp_path):
   out = tmp_path / 'run'
   with pytest.raises(fedjax_drift.errors.DivergenceError) as e:
@@ -328,14 +328,14 @@ def test_12_10_divergence_names_only_existing_checkpoints(tiny_npz, unequal_part
   assert not (out / 'checkpoints').exists() or not os.listdir(out / 'checkpoints')
 
 
-def test_12_10_huge_finite_updates_are_not_divergence(tiny_npz, unequal_partition, tmp_path):
+def test_huge_finite_updates_are_not_divergence(tiny_npz, unequal_partition, tmp_path):
   # Updates near 1e25 are finite in float32; their squared norm (1e50) is not.
   summary = _quiet(tiny_config(tiny_npz, unequal_partition, lr=1e25, rounds=1,
                                out=str(tmp_path / 'run')))
   assert summary['runs'][0]['status'] == 'ok'
 
 
-def test_12_10_summary_is_strict_json(tiny_npz, unequal_partition, tmp_path):
+def test_summary_is_strict_json(tiny_npz, unequal_partition, tmp_path):
   out = tmp_path / 'run'
   _quiet(tiny_config(tiny_npz, unequal_partition, rounds=2, out=str(out)))
   for name in ('summary.json', 'config.json'):
@@ -346,7 +346,7 @@ def test_12_10_summary_is_strict_json(tiny_npz, unequal_partition, tmp_path):
                                             'non_finite': {'final_loss': 'NaN'}}
 
 
-def test_12_11_resuming_a_finished_run_keeps_its_summary(tiny_npz, unequal_partition,
+def test_resuming_a_finished_run_keeps_its_summary(tiny_npz, unequal_partition,
                                                          tmp_path):
   out = tmp_path / 'run'
   _quiet(tiny_config(tiny_npz, unequal_partition, rounds=2, out=str(out)))

@@ -11,7 +11,7 @@ import pytest
 import fedjax_drift
 from fedjax_drift import config as config_lib
 from fedjax_drift import study as study_lib
-from test_sweep import _config
+from helpers import sweep_config
 
 
 def test_plan_is_grid_points_outer_seeds_inner():
@@ -33,14 +33,14 @@ def test_resolve_replaces_the_beta_sentinels_only_when_unset():
 
 
 def test_sentinels_resolved_and_grid_points_validated(tiny_npz, tmp_path):
-  runs = study_lib.plan(_config(tiny_npz, tmp_path, algo='fedadc', grid='beta:0.5,0.9'))
+  runs = study_lib.plan(sweep_config(tiny_npz, tmp_path, algo='fedadc', grid='beta:0.5,0.9'))
   assert [(r.config.beta_local, r.config.beta_global) for r in runs] == [(0.5, 0.5),
                                                                         (0.9, 0.9)]
-  study = study_lib.build(_config(tiny_npz, tmp_path, algo='fedadc', grid='beta:0.5,0.9'))
+  study = study_lib.build(sweep_config(tiny_npz, tmp_path, algo='fedadc', grid='beta:0.5,0.9'))
   assert set(study.traced) == {'beta', 'beta_local', 'beta_global'}
   np.testing.assert_allclose(study.inputs['hp']['beta_local'], [0.5, 0.9])
   with pytest.raises(fedjax_drift.UserError, match=r'--grid point lr=-1: --lr=-1.0'):
-    study_lib.plan(_config(tiny_npz, tmp_path, grid='lr:0.1,-1'))
+    study_lib.plan(sweep_config(tiny_npz, tmp_path, grid='lr:0.1,-1'))
   with pytest.raises(fedjax_drift.UserError, match='cannot be swept'):
     config_lib.parse_grid('rounds:1,2')
   with pytest.raises(fedjax_drift.UserError, match='must be numbers'):
@@ -57,7 +57,7 @@ def _raw(leaf):
 
 
 def test_build_stacks_each_run_as_its_lone_run(tiny_npz, tmp_path):
-  config = _config(tiny_npz, tmp_path, seeds=2)
+  config = sweep_config(tiny_npz, tmp_path, seeds=2)
   study = study_lib.build(config)
   for r, spec in enumerate(study_lib.plan(config)):
     lone = study_lib.prepare(dataclasses.replace(config, seed=spec.seed, seeds=1))
@@ -69,7 +69,7 @@ def test_build_stacks_each_run_as_its_lone_run(tiny_npz, tmp_path):
 
 def test_initial_params_are_the_models_own_init(tiny_npz, tmp_path):
   """build compiles init as one program; the values are init's, bit for bit."""
-  config = _config(tiny_npz, tmp_path, model='mlp_bn', init='torch')
+  config = sweep_config(tiny_npz, tmp_path, model='mlp_bn', init='torch')
   run = study_lib.prepare(config)
   eager = run.model.init(jax.random.fold_in(jax.random.key(config.seed), 0))
   assert jax.tree.structure(eager) == jax.tree.structure(run.state.params)

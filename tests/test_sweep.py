@@ -1,5 +1,4 @@
 """Every run is a study: seeds x grid points on one path, with everything a single run has."""
-import csv
 import json
 import os
 import signal
@@ -12,22 +11,8 @@ import pytest
 
 import fedjax_drift
 from fedjax_drift import config as config_lib
+from helpers import QUIET, csv_rows, sweep_config
 from test_cli import RUN, cli
-
-QUIET = dict(log=lambda *_: None)
-
-
-def _config(npz, out, **kw):
-  base = dict(dataset=f'npz:{npz}', partition='dirichlet', dirichlet_alpha=1.0, model='mlp',
-              num_clients=6, clients_per_round=3, rounds=4, eval_every=2, local_steps=0,
-              local_epochs=1, batch_size=4, lr=0.1, progress=False, out=str(out))
-  base.update(kw)
-  return fedjax_drift.Config(**base)
-
-
-def _rows(path, **match):
-  with open(path) as f:
-    return [r for r in csv.DictReader(f) if all(r[k] == str(v) for k, v in match.items())]
 
 
 def _strict_json(path):
@@ -44,20 +29,20 @@ def _strict_json(path):
     ('fedfor', 'for_alpha:0.1', dict(scenario='concept_shift', concept_shift_prob=0.5)),
 ])
 def test_sweep_runs_equal_single_runs(tiny_npz, tmp_path, algo, grid, extra):
-  summary = fedjax_drift.run(_config(tiny_npz, tmp_path / 'sweep', algo=algo, seeds=2,
+  summary = fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'sweep', algo=algo, seeds=2,
                                      grid=grid, **extra), **QUIET)
   assert summary['segment_compilations'] == 1
-  runs = _rows(tmp_path / 'sweep' / 'runs.csv')
+  runs = csv_rows(tmp_path / 'sweep' / 'runs.csv')
   points = config_lib.grid_points(config_lib.parse_grid(grid))
   assert len(runs) == 2 * len(points) and all(r['status'] == 'ok' for r in runs)
   for run in runs:
     point = {k: float(run[k]) for k in points[0]}
     out = tmp_path / f'single-{run["run"]}'
     extra_single = {k: v for k, v in extra.items() if k != 'run_chunk'}
-    fedjax_drift.run(_config(tiny_npz, out, algo=algo, seed=int(run['seed']), **point,
+    fedjax_drift.run(sweep_config(tiny_npz, out, algo=algo, seed=int(run['seed']), **point,
                              **extra_single), **QUIET)
-    single = [float(r['test_loss']) for r in _rows(out / 'metrics.csv')]
-    mine = [float(r['test_loss']) for r in _rows(tmp_path / 'sweep' / 'metrics.csv',
+    single = [float(r['test_loss']) for r in csv_rows(out / 'metrics.csv')]
+    mine = [float(r['test_loss']) for r in csv_rows(tmp_path / 'sweep' / 'metrics.csv',
                                                  run=run['run'])]
     np.testing.assert_allclose(mine, single, rtol=1e-4, atol=1e-5)
   saved = _strict_json(tmp_path / 'sweep' / 'summary.json')
@@ -67,43 +52,43 @@ def test_sweep_runs_equal_single_runs(tiny_npz, tmp_path, algo, grid, extra):
 
 def test_a_diverging_point_is_frozen_and_the_others_go_on(tiny_npz, tmp_path):
   lines = []
-  summary = fedjax_drift.run(_config(tiny_npz, tmp_path / 'grid', seeds=2, grid='lr:0.1,2500'),
+  summary = fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'grid', seeds=2, grid='lr:0.1,2500'),
                              log=lines.append)
-  runs = _rows(tmp_path / 'grid' / 'runs.csv')
+  runs = csv_rows(tmp_path / 'grid' / 'runs.csv')
   assert [r['status'] for r in runs] == ['ok', 'ok', 'diverged', 'diverged']
   assert all(r['diverged_round'] == '1' and r['final_accuracy'] == '' for r in runs[2:])
   # No accuracy of a diverged run after its divergence, in metrics or in the aggregate.
-  assert [r['round'] for r in _rows(tmp_path / 'grid' / 'metrics.csv', run=2)] == ['0']
+  assert [r['round'] for r in csv_rows(tmp_path / 'grid' / 'metrics.csv', run=2)] == ['0']
   bad = summary['grid_points'][1]
   assert bad['diverged'] == 2 and bad['final_accuracy']['mean'] is None
   assert any(line.startswith('warning: 2 of 4 runs diverged') for line in lines)
   _strict_json(tmp_path / 'grid' / 'summary.json')
   # The healthy runs equal the same runs without the diverging point.
-  fedjax_drift.run(_config(tiny_npz, tmp_path / 'alone', seeds=2, grid='lr:0.1'), **QUIET)
+  fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'alone', seeds=2, grid='lr:0.1'), **QUIET)
   for r in (0, 1):
-    assert ([row['test_loss'] for row in _rows(tmp_path / 'grid' / 'metrics.csv', run=r)] ==
-            [row['test_loss'] for row in _rows(tmp_path / 'alone' / 'metrics.csv', run=r)])
+    assert ([row['test_loss'] for row in csv_rows(tmp_path / 'grid' / 'metrics.csv', run=r)] ==
+            [row['test_loss'] for row in csv_rows(tmp_path / 'alone' / 'metrics.csv', run=r)])
 
 
 def test_runs_csv_is_written_when_the_first_point_diverges(tiny_npz, tmp_path):
   # runs.csv takes its header from the first run: a diverged one must carry every column.
-  fedjax_drift.run(_config(tiny_npz, tmp_path / 'grid', seeds=1, grid='lr:2500,0.1'), **QUIET)
-  runs = _rows(tmp_path / 'grid' / 'runs.csv')
+  fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'grid', seeds=1, grid='lr:2500,0.1'), **QUIET)
+  runs = csv_rows(tmp_path / 'grid' / 'runs.csv')
   assert [r['status'] for r in runs] == ['diverged', 'ok']
   assert runs[0]['target_accuracy'] == runs[1]['target_accuracy'] != ''
 
 
 def test_every_run_diverged_raises(tiny_npz, tmp_path):
   with pytest.raises(fedjax_drift.errors.DivergenceError, match='every run diverged'):
-    fedjax_drift.run(_config(tiny_npz, tmp_path / 'all', seeds=2, lr=2500.0), **QUIET)
-  runs = _rows(tmp_path / 'all' / 'runs.csv')
+    fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'all', seeds=2, lr=2500.0), **QUIET)
+  runs = csv_rows(tmp_path / 'all' / 'runs.csv')
   assert [r['status'] for r in runs] == ['diverged', 'diverged']
   assert 'no checkpoint was saved' in _checkpoint_message(tmp_path, tiny_npz)
 
 
 def _checkpoint_message(tmp_path, npz):
   try:
-    fedjax_drift.run(_config(npz, tmp_path / 'one', lr=2500.0), **QUIET)
+    fedjax_drift.run(sweep_config(npz, tmp_path / 'one', lr=2500.0), **QUIET)
   except fedjax_drift.errors.DivergenceError as e:
     assert 'in round 1' in str(e)
     return str(e)
@@ -112,20 +97,20 @@ def _checkpoint_message(tmp_path, npz):
 
 def test_sweep_with_scenario_cover_personalisation_and_params(tiny_npz, tmp_path):
   out = tmp_path / 'rich'
-  summary = fedjax_drift.run(_config(
+  summary = fedjax_drift.run(sweep_config(
       tiny_npz, out, seeds=2, grid='lr:0.05,0.1', cohort_sampler='cover_classes',
       test_partition='like_train', personalize='calibrate', personalize_epochs=1,
       save_params=str(tmp_path / 'p.npz')), **QUIET)
   params = np.load(tmp_path / 'p.npz')
   assert all(params[k].shape[0] == 4 for k in params.files)  # runs.csv order
   assert not np.array_equal(params[params.files[0]][0], params[params.files[0]][1])
-  assert {r['run'] for r in _rows(out / 'personalization.csv')} == {'0', '1', '2', '3'}
+  assert {r['run'] for r in csv_rows(out / 'personalization.csv')} == {'0', '1', '2', '3'}
   assert all('personalization' in r for r in summary['runs'])
-  rounds = _rows(out / 'rounds.csv')
+  rounds = csv_rows(out / 'rounds.csv')
   assert {r['run'] for r in rounds} == {'0', '1', '2', '3'} and len(rounds) == 16
   assert summary['communication_floats_per_round']['up'] > 0
   with pytest.raises(fedjax_drift.UserError, match='memory_budget_gb'):
-    fedjax_drift.run(_config(tiny_npz, tmp_path / 'budget', seeds=2, memory_budget_gb=1e-6),
+    fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'budget', seeds=2, memory_budget_gb=1e-6),
                      **QUIET)
   assert not (tmp_path / 'budget').exists()
 
@@ -152,7 +137,7 @@ def test_kill_9_mid_sweep_then_resume_is_bit_identical(tiny_npz, tmp_path):
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 300
   while proc.poll() is None and time.time() < deadline and len(
-      _rows(killed / 'metrics.csv') if (killed / 'metrics.csv').exists() else []) < 4 * 5:
+      csv_rows(killed / 'metrics.csv') if (killed / 'metrics.csv').exists() else []) < 4 * 5:
     time.sleep(0.02)
   assert proc.poll() is None, 'the sweep finished before it could be killed'
   os.kill(proc.pid, signal.SIGKILL)
@@ -162,7 +147,7 @@ def test_kill_9_mid_sweep_then_resume_is_bit_identical(tiny_npz, tmp_path):
   assert resumed.returncode == 0, resumed.stderr
   drop = lambda rows: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in rows]
   for name in ('metrics.csv', 'rounds.csv', 'runs.csv'):
-    assert drop(_rows(straight / name)) == drop(_rows(killed / name)), name
+    assert drop(csv_rows(straight / name)) == drop(csv_rows(killed / name)), name
   a, b = np.load(tmp_path / 'a.npz'), np.load(tmp_path / 'b.npz')
   for name in a.files:
     np.testing.assert_array_equal(a[name], b[name])
@@ -208,12 +193,12 @@ def test_sweep_over_two_devices_equals_one(tiny_npz, tmp_path):
 
 
 def test_concept_shifts_and_weighting_are_reported_per_run(tiny_npz, tmp_path):
-  summary = fedjax_drift.run(_config(tiny_npz, tmp_path / 'cs', algo='fedadc', seeds=2,
+  summary = fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'cs', algo='fedadc', seeds=2,
                                      scenario='concept_shift', concept_shift_prob=0.5,
                                      rounds=6, eval_every=1), **QUIET)
   assert summary['weighting'] == 'uniform' and 'Alg. 3' in summary['weighting_source']
   for run in summary['runs']:
-    rows = _rows(tmp_path / 'cs' / 'rounds.csv', run=run['run'])
+    rows = csv_rows(tmp_path / 'cs' / 'rounds.csv', run=run['run'])
     shifted = [int(r['round']) for r in rows if float(r['shift_class']) >= 0]
     assert [s['round'] for s in run['concept_shifts']] == shifted
     assert all(0 <= s['class'] < 3 and 0 <= s['new_label'] < 3 for s in run['concept_shifts'])
