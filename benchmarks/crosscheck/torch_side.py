@@ -15,6 +15,9 @@ import sys
 
 import numpy as np
 
+# Theirs -> ours (the inverse of to_torch_layout): compare.py's, which needs numpy only.
+from compare import to_flax_layout
+
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   """Imports any module under `roots` as an empty package whose every attribute is a dummy
@@ -55,15 +58,6 @@ def to_torch_layout(array):
   """Ours -> theirs: conv [h, w, in, out] -> [out, in, h, w], dense [in, out] -> [out, in]."""
   if array.ndim == 4:
     return array.transpose(3, 2, 0, 1)
-  if array.ndim == 2:
-    return array.T
-  return array
-
-
-def to_flax_layout(array):
-  """Theirs -> ours, the inverse of to_torch_layout."""
-  if array.ndim == 4:
-    return array.transpose(2, 3, 1, 0)
   if array.ndim == 2:
     return array.T
   return array
