@@ -66,8 +66,14 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _OURS = (os.path.join(ROOT, 'fedjax_drift') + os.sep, os.path.join(ROOT, 'experiments') + os.sep)
 
 
-def _pythons(err):
-  """Whether `err` is Python's KeyboardInterrupt from before the program's first statement."""
+def _pythons(err, returncode=None, offset=None):
+  """Whether the signal was Python's, before the program's first statement: its
+  KeyboardInterrupt, or (at the first offsets) a silent death by SIGINT before the interpreter
+  installed its own handler. The child's start varies by more than 0.1 s on a loaded machine
+  (CI, 2026-11-26: signalled at the measured start, one console script died that way), while
+  from the first statement on a silent death cannot happen (_start.py holds the signals)."""
+  if returncode == -signal.SIGINT and not err and offset is not None and offset < 0.1:
+    return True
   if not err.rstrip().endswith('KeyboardInterrupt'):
     return False
   if 'init_import_site' in err:
@@ -82,7 +88,7 @@ def _assert_one_line(results, code=130, word='interrupted', finished=()):
   line."""
   lines_written = 0
   for offset, returncode, err, alive in results:
-    if not alive or _pythons(err) or (returncode, err) in finished:
+    if not alive or _pythons(err, returncode, offset) or (returncode, err) in finished:
       continue
     lines = err.strip().splitlines()
     assert returncode == code and len(lines) == 1, (offset, returncode, err)
@@ -101,7 +107,10 @@ def _run_command(tmp_path, tiny_npz, i):
 def test_run_py_sigint_at_every_offset_is_one_line(tmp_path, tiny_npz):
   commands = [_run_command(tmp_path, tiny_npz, i) for i in range(len(OFFSETS_S))]
   results = _signal_at(commands, OFFSETS_S)
-  assert _assert_one_line(results) == len(OFFSETS_S)  # a 100000-round run outlives them all
+  _assert_one_line(results)
+  # A 100000-round run outlives them all; before 0.1 s the signal may still be Python's.
+  late = [r for r in results if r[0] >= 0.1]
+  assert _assert_one_line(late) == len(late)
 
 
 @pytest.mark.slow
