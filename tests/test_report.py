@@ -7,13 +7,12 @@ def test_drift_plot_labels_each_panel_and_shows_the_training_loss(tmp_path, monk
            'mean_update_norm': 0.4, 'update_cosine': 0.8, 'client_loss_std': 0.1}
           for r in (1, 2, 3)]
   seen = []
-  plt = report._figure()  # pylint: disable=protected-access
-  real_close = plt.close
+  real_save = report._save  # pylint: disable=protected-access
 
-  def keep(fig):
+  def keep(fig, path):
     seen.append([(ax.get_title(), ax.get_ylabel()) for ax in fig.axes])
-    real_close(fig)
-  monkeypatch.setattr(plt, 'close', keep)
+    real_save(fig, path)
+  monkeypatch.setattr(report, '_save', keep)
   report.plot_drift(str(tmp_path / 'drift.png'), rows)
   assert (tmp_path / 'drift.png').stat().st_size > 0
   panels = seen[0]
