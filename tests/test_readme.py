@@ -42,6 +42,7 @@ SHRINK = {  # script -> flags appended so that a command does about one round
     'benchmarks/scale.py': ['--quick'],  # tiny sizes over any size flag
     'benchmarks/host_state.py': ['--quick'],
     'benchmarks/step_ratio.py': ['--quick'],
+    'benchmarks/plots.py': ['--reps=1'],
 }
 
 
@@ -165,7 +166,7 @@ def _prepare(argv, world, tmp_path):
     elif not any(a.startswith('--out=') for a in argv):
       argv = argv + [f'--out={run_dir}']
   if script in ('benchmarks/bench.py', 'benchmarks/scale.py', 'benchmarks/host_state.py',
-                'benchmarks/step_ratio.py'):
+                'benchmarks/step_ratio.py', 'benchmarks/plots.py'):
     argv = [a for a in argv if not a.startswith('--out=')] + [f'--out={tmp_path / "b.json"}']
   if script == 'experiments/presets.py':
     argv = argv + [f'--out={tmp_path / "presets"}']
