@@ -39,6 +39,7 @@ def test_split_grid():
     methods.split_grid('algo:fedavg,fedavg')
 
 
+@pytest.mark.slow
 def test_methods_in_one_directory_equal_their_own_runs(tiny_npz, unequal_partition, tmp_path):
   """Each method's runs equal the same method run alone; one program per method; the table
   selects per method with results.selected; an axis a method does not read is left out."""
@@ -70,6 +71,7 @@ def test_methods_in_one_directory_equal_their_own_runs(tiny_npz, unequal_partiti
       summary['table']
 
 
+@pytest.mark.slow
 def test_resume_continues_every_method(tiny_npz, unequal_partition, tmp_path):
   grid = 'algo:fedavg,fedprox;lr:0.1,0.05'
   fedjax_drift.run(_config(tiny_npz, unequal_partition, tmp_path / 'whole', grid=grid,
@@ -85,6 +87,7 @@ def test_resume_continues_every_method(tiny_npz, unequal_partition, tmp_path):
   assert _rows(tmp_path / 'cut' / 'table.csv') == _rows(tmp_path / 'whole' / 'table.csv')
 
 
+@pytest.mark.slow
 def test_table_reports_privacy_spent(tiny_npz, unequal_partition, tmp_path):
   summary = fedjax_drift.run(_config(tiny_npz, unequal_partition, tmp_path / 'dp',
                                      grid='algo:fedavg,dp_fedavg', dp_noise=0.8), **QUIET)

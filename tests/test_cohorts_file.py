@@ -70,6 +70,7 @@ def test_the_samplers_cohorts_from_a_file_give_the_sampled_run_bit_for_bit(tiny_
   assert any(not np.array_equal(x, z) for x, z in zip(jax.tree.leaves(a), jax.tree.leaves(c)))
 
 
+@pytest.mark.slow
 def test_sweep_runs_use_the_file_as_lone_runs_do(tiny_npz, tmp_path):
   cohorts = [[5, 0, 2], [1, 3, 4], [2, 5, 1]]
   path = _write(tmp_path / 'c.json', cohorts)

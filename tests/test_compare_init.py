@@ -30,6 +30,7 @@ def saved(tmp_path_factory, tiny_npz, unequal_partition):
   return config, str(root / 'fedavg'), str(root / 'params.npz')
 
 
+@pytest.mark.slow
 def test_rounds_0_evaluates_the_saved_parameters_of_the_chosen_run(saved, tmp_path):
   config, run_dir, params = saved
   for run in (0, 1):

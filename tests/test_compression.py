@@ -123,6 +123,7 @@ def test_topk_on_other_algorithms(tiny_npz, unequal_partition):
 
 
 @pytest.mark.parametrize('term', ['topk', 'qsgd'])
+@pytest.mark.slow
 def test_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, term):
   """The residuals are per-client state: vmapped over seeds and checkpointed."""
   check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, local_terms=term,

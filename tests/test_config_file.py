@@ -2,6 +2,8 @@
 (issue 34 item 6)."""
 import json
 
+import pytest
+
 from test_cli import cli
 
 SKIP = ('out', 'rounds', '_resolved')
@@ -12,6 +14,7 @@ def _settings(run_dir):
     return {k: v for k, v in json.load(f).items() if k not in SKIP}
 
 
+@pytest.mark.slow
 def test_a_rerun_from_config_json_has_the_same_settings(tmp_path, tiny_npz, unequal_partition):
   first = tmp_path / 'first'
   done = cli(f'--dataset=npz:{tiny_npz}', f'--partition=file:{unequal_partition}',

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.join(ROOT, 'benchmarks', 'crosscheck')
@@ -27,6 +28,7 @@ def _readme_block():
   return re.search(r'```\n(.*?)```', section, re.S).group(1)
 
 
+@pytest.mark.slow
 def test_the_readme_block_replays_our_run_exactly(tiny_npz, tmp_path):
   env = dict(os.environ, DATA=tiny_npz, DIR=str(tmp_path))
   result = subprocess.run(['bash', '-euc', _readme_block()], cwd=ROOT, env=env,

@@ -133,6 +133,7 @@ def test_flag_errors(tiny_npz, unequal_partition):
   assert np.all(np.isfinite(flat(run_rounds(exp, 2).params)))
 
 
+@pytest.mark.slow
 def test_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path):
   """Seeds in one program equal their single runs (the noise keys derive from each run's
   seed), and a resumed sweep equals the whole one."""

@@ -46,6 +46,7 @@ def _same(a, b):
 
 
 @pytest.mark.parametrize('algo', STATEFUL)
+@pytest.mark.slow
 def test_host_table_is_bit_identical_to_the_device_table_and_resumes(tiny_npz, tmp_path, algo):
   device, host, cut = tmp_path / 'device', tmp_path / 'host', tmp_path / 'cut'
   fedjax_drift.run(_config(tiny_npz, device, algo=algo), **QUIET)

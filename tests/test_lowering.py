@@ -152,6 +152,7 @@ def test_auto_choices_resolve_for_a_target_platform(family, platform):
 
 
 @pytest.mark.parametrize('family', sorted(FAMILIES))
+@pytest.mark.slow
 def test_every_family_lowers_fedavg_and_its_evaluation(datasets, family):
   config = _config(datasets, FAMILIES[family], dict(algo='fedavg'))
   for platform, (study, texts) in lower_for_accelerators(config, True).items():

@@ -100,6 +100,7 @@ def _check_model(name, shape, classes=10, batch=2):
     ('cnn_emnist', (28, 28, 1), 62),
     ('cnn_cifar_moon', (32, 32, 3), 10),
 ])
+@pytest.mark.slow
 def test_small_models_train(name, shape, classes):
   _check_model(name, shape, classes, batch=4)
 
@@ -248,6 +249,7 @@ def test_config_refuses_bad_model_flags(kw, flag):
     Config(**kw).validate()
 
 
+@pytest.mark.slow
 def test_projection_on_a_batchnorm_model():
   """MOON and FedGKD+ on a BN model: the head sits on the base's features, the batch
   statistics stay in 'batch_stats' and train mode updates them."""

@@ -136,6 +136,7 @@ def _config(dataset, data_dir, **kw):
     ('femnist', layouts.write_femnist_leaf, dict(model='cnn_emnist', num_clients=3,
                                                  partition='natural:writer')),
     ('shakespeare', layouts.write_shakespeare_h5, dict(model='char_lstm', num_clients=2))])
+@pytest.mark.slow
 def test_two_rounds_on_the_files_own_clients(tmp_path, dataset, writer, kw):
   writer(str(tmp_path / 'data'))
   ds = sources.load(dataset, str(tmp_path / 'data'))  # every client

@@ -182,6 +182,7 @@ def test_hub_folders_with_other_columns_are_one_line(tmp_path):
 @pytest.mark.parametrize('dataset,writer,kw', [
     ('femnist', write_femnist_hub, dict(model='mlp', num_clients=2)),
     ('shakespeare', write_shakespeare_hub, dict(model='char_lstm', num_clients=2))])
+@pytest.mark.slow
 def test_two_rounds_on_a_hub_folder(tmp_path, dataset, writer, kw):
   writer(str(tmp_path / 'data'))
   config = fedjax_drift.Config(

@@ -33,6 +33,7 @@ def _weights(model, params):
     ('resnet8', 78_042),             # FedDF/FedGKD ResNet-8 with projection shortcuts
     ('cnn_mcmahan_cifar', 1_068_298),  # McMahan et al.: "about 10^6"
 ])
+@pytest.mark.slow
 def test_parameter_counts_and_shapes(name, count):
   model, params = _build(name)
   assert models.num_params(_weights(model, params)) == count

@@ -359,6 +359,7 @@ LOCAL = dict(test_partition='like_train', model='logreg')
     ('pfedme', dict(pfedme_lambda=3.0, pfedme_inner_steps=2)),
     ('apfl', dict(apfl_alpha=0.4, apfl_alpha_lr=0.1)),
 ])
+@pytest.mark.slow
 def test_seeds_sweep_and_resume_under_the_local_protocol(tiny_npz, tmp_path, algo, kw):
   check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, algo=algo,
                                              **{**LOCAL, **kw})
@@ -370,6 +371,7 @@ def test_seeds_sweep_and_resume_under_the_local_protocol(tiny_npz, tmp_path, alg
     ('pfedme', 'pfedme_personal_lr:0.03,0.09'),
     ('fedrep', 'fedrep_head_fraction:0.3,0.8'),
 ])
+@pytest.mark.slow
 def test_grid_points_equal_single_runs(tiny_npz, tmp_path, algo, axis):
   name, values = axis.split(':')
   kw = dict(LOCAL, algo=algo, rounds=2, eval_every=1)
@@ -388,6 +390,7 @@ def test_grid_points_equal_single_runs(tiny_npz, tmp_path, algo, axis):
 @pytest.mark.parametrize('algo,kw', [
     ('ditto', {}), ('pfedme', {}), ('apfl', dict(apfl_alpha_lr=0.1)), ('fedrep', dict(model='mlp')),
 ])
+@pytest.mark.slow
 def test_vmap_equals_sequential(tiny_npz, unequal_partition, algo, kw):
   out = []
   for parallelism in ('vmap', 'sequential'):

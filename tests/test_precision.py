@@ -22,6 +22,7 @@ def test_highest_puts_full_precision_on_every_dot():
   assert 'HIGHEST' in text
 
 
+@pytest.mark.slow
 def test_on_cpu_both_settings_train_bit_identically(tmp_path):
   params = {}
   for precision in ('highest', 'default'):

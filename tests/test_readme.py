@@ -187,12 +187,16 @@ def test_readme_has_commands():
 
 
 def test_readme_test_command_is_the_ci_command():
+  """CI runs the README's test commands, in the README's order: the everyday one (`-m "not
+  slow"`), then the slow tests it leaves out, so that together they are the whole suite."""
   tests = [argv for page, kind, argv in COMMANDS
            if page == 'README.md' and kind == 'shell' and argv[1:3] == ['-m', 'pytest']]
   assert tests, 'the README shows no test command'
   with open(os.path.join(ROOT, '.ci', 'run')) as f:
     ci = [shlex.split(line) for line in f if line.strip().startswith('python -m pytest')]
-  assert ci and ci[-1] in tests, (tests, ci)  # variants (e.g. -m "not slow") may follow it
+  assert ci == tests, (tests, ci)
+  markers = [argv[argv.index('-m', 3) + 1] for argv in ci]
+  assert markers == ['not slow', 'slow'], markers
 
 
 def test_readme_run_commands_parse_and_validate():

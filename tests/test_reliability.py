@@ -51,6 +51,7 @@ def test_kill_9_and_resume_is_bit_identical(tmp_path, kill_after):
     np.testing.assert_array_equal(a[name], b[name])
 
 
+@pytest.mark.slow
 def test_divergence_names_round_and_client_and_keeps_checkpoint(tiny_npz, unequal_partition,
                                                                tmp_path):
   out = tmp_path / 'run'
@@ -67,6 +68,7 @@ def test_divergence_names_round_and_client_and_keeps_checkpoint(tiny_npz, unequa
   assert summary['final_accuracy'] is None
 
 
+@pytest.mark.slow
 def test_resume_refuses_changed_flags_and_missing_run(tmp_path, tiny_npz, unequal_partition):
   missing = cli('--resume', f'--out={tmp_path}/none', '--progress=false')
   assert missing.returncode == 2 and 'no config.json' in missing.stderr
@@ -81,6 +83,7 @@ def test_resume_refuses_changed_flags_and_missing_run(tmp_path, tiny_npz, unequa
   assert [r['round'] for r in _rows(out / 'metrics.csv')] == ['0', '2', '4']
 
 
+@pytest.mark.slow
 def test_library_resume_matches_straight_run(tiny_npz, unequal_partition, tmp_path):
   def config(out, rounds):
     return tiny_config(tiny_npz, unequal_partition, model='mlp', clients_per_round=2,
@@ -224,6 +227,7 @@ def _damage_latest(out, how):
 
 @pytest.mark.parametrize('how', ['flip', pytest.param('truncate', marks=pytest.mark.slow),
                                  pytest.param('garbage', marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_damaged_latest_checkpoint_falls_back_bit_identically(
     tiny_npz, unequal_partition, tmp_path, how):
   def config(out, rounds):
@@ -244,6 +248,7 @@ def test_damaged_latest_checkpoint_falls_back_bit_identically(
     np.testing.assert_array_equal(a[name], b[name])
 
 
+@pytest.mark.slow
 def test_no_intact_checkpoint_exit_2_and_nothing_changes(tiny_npz, unequal_partition,
                                                              tmp_path):
   out = tmp_path / 'run'

@@ -129,6 +129,7 @@ def test_registered_and_flags_checked():
 
 @pytest.mark.parametrize('aggregator,flags', [('krum', dict(krum_byzantine=0, krum_select=2)),
                                               ('trimmed_mean', dict(trim_beta=0.34))])
+@pytest.mark.slow
 def test_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, aggregator, flags):
   check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, aggregator=aggregator,
                                              model='logreg', **flags)

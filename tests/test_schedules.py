@@ -110,6 +110,7 @@ def _leaves(tree):
                      else a) for a in jax.tree.leaves(tree)]
 
 
+@pytest.mark.slow
 def test_grid_sweeps_decay_and_floor_in_one_program(tiny_npz, unequal_partition, tmp_path):
   """--lr, --lr_decay and --lr_min are grid axes: traced, one compiled program, each run
   at its own values."""

@@ -148,6 +148,7 @@ def _numpy_per_token(p, ids):
   return np.stack(logits)
 
 
+@pytest.mark.slow
 def test_word_lstm_windows_give_the_per_token_loss():
   model = models.get('word_lstm', 10004, (2, 20), vocab_size=10004)
   shapes = jax.tree.map(lambda a: a.shape, model.init(jax.random.key(0)))
@@ -172,6 +173,7 @@ def test_word_lstm_windows_give_the_per_token_loss():
   np.testing.assert_allclose(window_loss, token_loss, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_two_rounds_on_the_users_own_windows(tmp_path):
   write_stackoverflow(str(tmp_path / 'data'))
   config = fedjax_drift.Config(

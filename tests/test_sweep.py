@@ -28,6 +28,7 @@ def _strict_json(path):
     ('fedgkd_vote', '', dict(vote_val_size=8, gkd_buffer=2)),  # a validation split per seed
     ('fedfor', 'for_alpha:0.1', dict(scenario='concept_shift', concept_shift_prob=0.5)),
 ])
+@pytest.mark.slow
 def test_sweep_runs_equal_single_runs(tiny_npz, tmp_path, algo, grid, extra):
   summary = fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'sweep', algo=algo, seeds=2,
                                      grid=grid, **extra), **QUIET)
@@ -50,6 +51,7 @@ def test_sweep_runs_equal_single_runs(tiny_npz, tmp_path, algo, grid, extra):
   assert all('std' in g['final_accuracy'] for g in saved['grid_points'])
 
 
+@pytest.mark.slow
 def test_a_diverging_point_is_frozen_and_the_others_go_on(tiny_npz, tmp_path):
   lines = []
   summary = fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'grid', seeds=2, grid='lr:0.1,2500'),
@@ -78,6 +80,7 @@ def test_runs_csv_is_written_when_the_first_point_diverges(tiny_npz, tmp_path):
   assert runs[0]['target_accuracy'] == runs[1]['target_accuracy'] != ''
 
 
+@pytest.mark.slow
 def test_every_run_diverged_raises(tiny_npz, tmp_path):
   with pytest.raises(fedjax_drift.errors.DivergenceError, match='every run diverged'):
     fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'all', seeds=2, lr=2500.0), **QUIET)
@@ -95,6 +98,7 @@ def _checkpoint_message(tmp_path, npz):
   raise AssertionError('a single diverging run must raise')
 
 
+@pytest.mark.slow
 def test_sweep_with_scenario_cover_personalisation_and_params(tiny_npz, tmp_path):
   out = tmp_path / 'rich'
   summary = fedjax_drift.run(sweep_config(
@@ -115,6 +119,7 @@ def test_sweep_with_scenario_cover_personalisation_and_params(tiny_npz, tmp_path
   assert not (tmp_path / 'budget').exists()
 
 
+@pytest.mark.slow
 def test_digits_domains_sweep(tmp_path):
   from test_scenarios import write_digits  # pylint: disable=g-import-not-at-top
   write_digits(tmp_path)
@@ -180,6 +185,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.slow
 def test_sweep_over_two_devices_equals_one(tiny_npz, tmp_path):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')

@@ -210,6 +210,7 @@ def test_standard_distilbert_has_66m_parameters():
 
 
 @pytest.mark.parametrize('name', ['text_bag', 'text_transformer'])
+@pytest.mark.slow
 def test_small_text_models(name):
   ids, mask, x = _tokens(1)
   model = models.get(name, 4, (2, L), vocab_size=100)

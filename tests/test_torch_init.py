@@ -142,6 +142,7 @@ def _logits(name, **kw):
   return np.asarray(model.apply(model.init(jax.random.key(0)), x))
 
 
+@pytest.mark.slow
 def test_groupnorm_eps_is_torchs_for_the_models_that_follow_torch_code():
   """resnet8 (FedGKD's code) uses torch's 1e-5; resnet20 keeps flax's 1e-6; --gn_eps sets it."""
   own = _logits('resnet8')

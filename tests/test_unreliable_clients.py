@@ -269,6 +269,7 @@ def test_bounds():
     fedjax_drift.Config(straggler_frac=1.5).validate()
 
 
+@pytest.mark.slow
 def test_sweep_and_resume_with_dropout_and_stragglers(tiny_npz, tmp_path):
   check_sweep_equals_single_runs_and_resumes(tiny_npz, tmp_path, algo='fednova', model='logreg',
                                              dropout_prob=0.3, straggler_frac=0.5)
