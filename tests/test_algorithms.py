@@ -326,7 +326,6 @@ def test_fedgkd_vote(tiny_npz, unequal_partition):
   run_lockstep(exp, FedGKD(None, 3, 1.5, vote_lambda=0.5), rounds=4)
 
 
-@pytest.mark.slow
 def test_fedgkd_plus_is_fedgkd_on_a_projection_head(tiny_npz, unequal_partition):
   """FedGKD+ (FedGKD paper, §5.1): FedGKD on a model whose projection head sits before the
   output layer, so the head is trained by CE and distillation; gamma = 0 is FedAvg on that
@@ -513,7 +512,6 @@ def test_every_recipe_states_its_weighting_source():
 
 
 @pytest.mark.parametrize('algo', ['fedadc', 'fedadc_plus', 'fedfor', 'fedgkd', 'igfl'])
-@pytest.mark.slow
 def test_vmap_equals_sequential(tiny_npz, unequal_partition, algo):
   out = []
   for parallelism in ('vmap', 'sequential'):

@@ -291,7 +291,6 @@ def test_baseline_reduces_to_fedavg(tiny_npz, unequal_partition, algo, knob_off)
 
 
 @pytest.mark.parametrize('algo', ['scaffold', 'feddyn', 'fedcurv', 'fedntd', 'fedadam'])
-@pytest.mark.slow
 def test_vmap_equals_sequential(tiny_npz, unequal_partition, algo):
   out = []
   for parallelism in ('vmap', 'sequential'):

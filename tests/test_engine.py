@@ -18,7 +18,6 @@ def _rounds(exp, n):
 
 
 @pytest.mark.parametrize('model', ['logreg', 'mlp'])
-@pytest.mark.slow
 def test_vmap_equals_sequential_and_chunked(tiny_npz, unequal_partition, model):
   results = []
   for parallelism, chunk in (('vmap', 0), ('sequential', 0), ('auto', 3)):
@@ -31,7 +30,6 @@ def test_vmap_equals_sequential_and_chunked(tiny_npz, unequal_partition, model):
   chex.assert_trees_all_close(results[0], results[2], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.slow
 def test_conv_model_vmap_equals_sequential(tmp_path):
   from conftest import make_npz
   import json

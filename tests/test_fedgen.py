@@ -166,7 +166,6 @@ def _flat(params):
 
 
 @pytest.mark.parametrize('teacher', ['clients', 'ensemble'])
-@pytest.mark.slow
 def test_fedgen_matches_reference(tiny_npz, unequal_partition, teacher):
   """Three rounds: round 1 without the local terms (no generator yet), rounds 2-3 with them,
   the generator trained after each; model, generator and its statistics compared."""
@@ -218,7 +217,6 @@ def test_label_weights_and_diversity():
 @pytest.mark.parametrize('name,shape,projection', [
     ('mlp', (8, 8, 1), 0), ('cnn_cifar', (32, 32, 3), 0), ('resnet8', (16, 16, 3), 0),
     ('resnet20_bn', (16, 16, 3), 0), ('cnn_mnist', (28, 28, 1), 16)])
-@pytest.mark.slow
 def test_head_of_penultimate_is_apply(name, shape, projection):
   model = models.get(name, 5, shape, projection_dim=projection)
   params = model.init(jax.random.key(0))

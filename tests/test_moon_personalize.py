@@ -54,7 +54,6 @@ def test_moon_loss_matches_formula(tiny_npz, unequal_partition):
                              rtol=1e-6)
 
 
-@pytest.mark.slow
 def test_moon_term_matters_and_mu_zero_is_fedavg(tiny_npz, unequal_partition):
   with_term = _run(_moon(tiny_npz, unequal_partition, moon_mu=5.0))
   off = _moon(tiny_npz, unequal_partition, moon_mu=0.0)
@@ -66,7 +65,6 @@ def test_moon_term_matters_and_mu_zero_is_fedavg(tiny_npz, unequal_partition):
   assert bool(np.all(np.asarray(with_term.clients['moon']['seen'])))
 
 
-@pytest.mark.slow
 def test_moon_vmap_equals_sequential(tiny_npz, unequal_partition):
   a = _run(_moon(tiny_npz, unequal_partition, client_parallelism='vmap', clients_per_round=3))
   b = _run(_moon(tiny_npz, unequal_partition, client_parallelism='sequential',

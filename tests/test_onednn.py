@@ -101,7 +101,6 @@ ZOO_CONVS = _first_seen()
 
 
 @pytest.mark.parametrize('name', list(ZOO_CONVS))
-@pytest.mark.slow
 def test_every_zoo_convolution_equals_lax_conv(extension, name):
   """Value and both gradients of each convolution the model adds (batch 2, inside jit)."""
   del extension

@@ -390,7 +390,6 @@ def test_grid_points_equal_single_runs(tiny_npz, tmp_path, algo, axis):
 @pytest.mark.parametrize('algo,kw', [
     ('ditto', {}), ('pfedme', {}), ('apfl', dict(apfl_alpha_lr=0.1)), ('fedrep', dict(model='mlp')),
 ])
-@pytest.mark.slow
 def test_vmap_equals_sequential(tiny_npz, unequal_partition, algo, kw):
   out = []
   for parallelism in ('vmap', 'sequential'):
