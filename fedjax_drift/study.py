@@ -366,7 +366,7 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   if scenario.fresh_cohort is not None:
     counts = np.array([scenario.max_examples])
   max_local_steps = engine.max_steps(counts, schedule)
-  chunk, strategy = _parallelism(config, model, platform)
+  chunk, strategy = parallelism(config, model.family, platform)
   data = federated.build(shared.x, shared.y, train_parts, ds.num_classes)
   run_key = jax.random.key(config.seed)
   # One compiled program, not each initialiser and each op of init's forward pass compiled
@@ -410,13 +410,13 @@ def target_choices(config: Config, platform=None):
                                           convolves=convolves), platform)
 
 
-def _parallelism(config, model, platform=None):
-  """(client chunk width, reason) for `platform` (None: this process's backend), checking
-  --devices against what jax sees there."""
+def parallelism(config, family, platform=None):
+  """(client chunk width, reason) of a `family` model ('dense', 'conv', 'text') built for
+  `platform` (None: this process's backend, checking --devices against what jax sees there)."""
   _, backend = target_choices(config, platform)
   if platform is None and config.devices > jax.device_count():
     raise errors.too_many_devices(config.devices, jax.device_count(), jax.default_backend())
-  return engine.choose_parallelism(config.client_parallelism, model.family, backend,
+  return engine.choose_parallelism(config.client_parallelism, family, backend,
                                    config.clients_per_round // config.devices,
                                    config.cohort_chunk)
 

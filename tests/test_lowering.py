@@ -120,11 +120,9 @@ def check_portable(text, where):
 
 def _choices(config, platform):
   """What a study built for `platform` chooses there: (conv_impl, client chunk width)."""
-  conv_impl, backend = study_lib.target_choices(config, platform)
   family = registry.get('model', config.model).info
-  chunk, _ = engine.choose_parallelism(config.client_parallelism, family, backend,
-                                       config.clients_per_round, config.cohort_chunk)
-  return conv_impl, chunk
+  return (study_lib.target_choices(config, platform)[0],
+          study_lib.parallelism(config, family, platform)[0])
 
 
 def lower_for_accelerators(config, with_evaluation=False):

@@ -66,13 +66,13 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _OURS = (os.path.join(ROOT, 'fedjax_drift') + os.sep, os.path.join(ROOT, 'experiments') + os.sep)
 
 
-def _pythons(err, returncode=None, offset=None):
+def _pythons(err, returncode, offset):
   """Whether the signal was Python's, before the program's first statement: its
   KeyboardInterrupt, or (at the first offsets) a silent death by SIGINT before the interpreter
   installed its own handler. The child's start varies by more than 0.1 s on a loaded machine
   (CI, 2026-11-26: signalled at the measured start, one console script died that way), while
   from the first statement on a silent death cannot happen (_start.py holds the signals)."""
-  if returncode == -signal.SIGINT and not err and offset is not None and offset < 0.1:
+  if returncode == -signal.SIGINT and not err and offset < 0.1:
     return True
   if not err.rstrip().endswith('KeyboardInterrupt'):
     return False
