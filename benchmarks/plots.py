@@ -13,6 +13,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -59,7 +60,7 @@ def commit(root):
 
 def summarize(times):
   times = sorted(times)
-  return {'seconds': times, 'median': times[len(times) // 2],
+  return {'seconds': times, 'median': statistics.median(times),
           'spread': [times[0], times[-1]]}
 
 
