@@ -246,6 +246,7 @@ def map_reduce_clients(fn, args, chunk):
   size = jax.tree.leaves(args)[0].shape[0]
   if chunk >= size:
     return _sum_leading(jax.vmap(fn)(args))
+  fn = jax.jit(fn)  # traced once, for the total's shapes here and for the loop's body below
   # chunk 1 is plain sequential: no vmap of width 1, so convs stay unbatched.
   run = fn if chunk == 1 else lambda a: _sum_leading(jax.vmap(fn)(a))
   first = jax.tree.map(lambda a: a[0], args)
@@ -538,12 +539,15 @@ def make_segment(step_fn, length: int, out_shardings=None, compiler_options=None
   """
 
   def segment(state, data, inputs, num_rounds):
-    shapes = jax.eval_shape(step_fn, state, data, inputs)[1]
+    # A nested jit is traced once, for the history's shapes here and for the loop's body
+    # (eval_shape, then the loop, traced the whole round twice); XLA inlines it.
+    step = jax.jit(step_fn)
+    shapes = jax.eval_shape(step, state, data, inputs)[1]
     history = jax.tree.map(lambda m: jnp.zeros((length,) + m.shape, m.dtype), shapes)
 
     def body(i, carry):
       s, hist = carry
-      s, m = step_fn(s, data, inputs)
+      s, m = step(s, data, inputs)
       return s, jax.tree.map(lambda h, v: h.at[i].set(v), hist, m)
 
     return jax.lax.fori_loop(0, num_rounds, body, (state, history))

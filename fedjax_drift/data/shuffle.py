@@ -11,6 +11,8 @@ round draws an offset K in [0, n) and pairs x with K - x (mod n); a keyed hash o
 decides whether to swap. Every round is a bijection of [0, n) itself, so any n works (also a
 traced one) without cycle-walking, and the rounds are elementwise, so XLA fuses them.
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -36,6 +38,7 @@ def derive_seed(seed, i):
   return _mix(jnp.asarray(seed, jnp.uint32) ^ salt)
 
 
+@functools.partial(jax.jit, static_argnames='rounds')
 def index_shuffle(index, n, seed, rounds=ROUNDS):
   """Element `index` (int array, values in [0, n)) of a permutation of [0, n) keyed by the
   uint32 `seed` (derive one from a PRNG key with jax.random.bits). Each seed gives exactly a
