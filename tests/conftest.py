@@ -110,8 +110,16 @@ def session_compile_cache(tmp_path_factory):
   options, the jaxlib version and the devices, so a hit returns what compiling would (tested
   in test_compile_cache.py); under pytest-xdist the workers share one. Runs with
   `--compile_cache=auto` use it because JAX's own $JAX_COMPILATION_CACHE_DIR wins there; the
-  dataset cache and HOME stay per test."""
-  if os.environ.get('PYTEST_XDIST_WORKER'):
+  dataset cache and HOME stay per test.
+
+  $FEDJAX_DRIFT_TEST_XLA_CACHE names a directory to use instead, so that several sessions
+  share one: .ci/run's two commands do (the slow tests compile many of the everyday tests'
+  programs again: a tenth of a sample of them, measured). A directory kept from run to run
+  grows (JAX evicts above _MAX_BYTES, and every write scans it), so CI's lives for one run."""
+  if os.environ.get('FEDJAX_DRIFT_TEST_XLA_CACHE'):
+    path = os.path.abspath(os.environ['FEDJAX_DRIFT_TEST_XLA_CACHE'])
+    os.makedirs(path, exist_ok=True)
+  elif os.environ.get('PYTEST_XDIST_WORKER'):
     # pytest-xdist: the workers' base directories share a parent, and so does their cache
     # (JAX locks its cache directory while it writes, so concurrent workers are safe).
     path = str(tmp_path_factory.getbasetemp().parent / 'xla_cache')
