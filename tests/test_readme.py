@@ -43,6 +43,7 @@ SHRINK = {  # script -> flags appended so that a command does about one round
     'benchmarks/host_state.py': ['--quick'],
     'benchmarks/step_ratio.py': ['--quick'],
     'benchmarks/plots.py': ['--reps=1'],
+    'benchmarks/program_costs.py': ['--reps=1', '--preset=fedgkd_loss'],  # a small preset
 }
 
 
@@ -166,7 +167,8 @@ def _prepare(argv, world, tmp_path):
     elif not any(a.startswith('--out=') for a in argv):
       argv = argv + [f'--out={run_dir}']
   if script in ('benchmarks/bench.py', 'benchmarks/scale.py', 'benchmarks/host_state.py',
-                'benchmarks/step_ratio.py', 'benchmarks/plots.py'):
+                'benchmarks/step_ratio.py', 'benchmarks/plots.py',
+                'benchmarks/program_costs.py'):
     argv = [a for a in argv if not a.startswith('--out=')] + [f'--out={tmp_path / "b.json"}']
   if script == 'experiments/presets.py':
     argv = argv + [f'--out={tmp_path / "presets"}']
