@@ -114,8 +114,9 @@ def session_compile_cache(tmp_path_factory):
 
   $FEDJAX_DRIFT_TEST_XLA_CACHE names a directory to use instead, so that several sessions
   share one: .ci/run's two commands do (the slow tests compile many of the everyday tests'
-  programs again: a tenth of a sample of them, measured). A directory kept from run to run
-  grows (JAX evicts above _MAX_BYTES, and every write scans it), so CI's lives for one run."""
+  programs again; a sample of 31 slow tests ran in 286 s with the everyday session's cache
+  against 317 s cold). A directory kept from run to run grows (JAX evicts above _MAX_BYTES,
+  and every write scans it), so CI's lives for one run."""
   if os.environ.get('FEDJAX_DRIFT_TEST_XLA_CACHE'):
     path = os.path.abspath(os.environ['FEDJAX_DRIFT_TEST_XLA_CACHE'])
     os.makedirs(path, exist_ok=True)

@@ -144,6 +144,29 @@ def test_map_reduce_clients_sums_and_stacks_like_a_plain_loop(chunk):
   assert nothing is None
 
 
+@pytest.mark.parametrize('chunk', [1, 3])
+def test_a_round_and_a_client_are_traced_once(chunk):
+  """The segment's metric shapes and the client loop's running total come from the trace the
+  loop's body reuses (tracing was most of a small program's cost, and half of it repeated)."""
+  traces = {'round': 0, 'client': 0}
+
+  def client(x):
+    traces['client'] += 1
+    return {'s': x * 2.0}, x + 1.0
+
+  def step(state, data, inputs):
+    traces['round'] += 1
+    total, _ = engine.map_reduce_clients(client, data + state, chunk)
+    return state + total['s'], {'loss': total['s']}
+
+  segment = engine.make_segment(step, length=3)
+  state, history = segment(jnp.float32(0.0), jnp.arange(7.0), None, jnp.int32(2))
+  assert traces == {'round': 1, 'client': 1}
+  second = 2.0 * (21.0 + 7 * 42.0)  # the clients' x + 42 after the first round's 42
+  np.testing.assert_allclose(history['loss'], [42.0, second, 0.0])
+  assert float(state) == 42.0 + second
+
+
 def test_over_runs_groups_equal_one_vmap():
   fn = lambda a, b: (a * b + 1.0, {'s': jnp.sum(a)})
   args = (jnp.arange(12.0).reshape(6, 2), jnp.arange(6.0)[:, None])
