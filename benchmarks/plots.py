@@ -10,15 +10,11 @@ benchmarks/results/plots-<date>.json with each checkout's per-repetition seconds
 spread.
 """
 import argparse
-import datetime
 import json
-import os
-import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, 'benchmarks', 'results')
+import interleave
 # One repetition in a child process of the checkout at sys.argv[1]: matplotlib imported first
 # (a run imports it once), then the three figures timed together.
 CHILD = '''
@@ -51,39 +47,17 @@ def one(root):
   return float(out.stdout.strip().splitlines()[-1])
 
 
-def commit(root):
-  """The checkout's commit ('' where it is not a git checkout)."""
-  out = subprocess.run(['git', '-C', root, 'rev-parse', 'HEAD'], capture_output=True, text=True,
-                       check=False)
-  return out.stdout.strip()
-
-
-def summarize(times):
-  times = sorted(times)
-  return {'seconds': times, 'median': statistics.median(times),
-          'spread': [times[0], times[-1]]}
-
-
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--reps', type=int, default=5)
-  parser.add_argument('--compare', default='', help='another checkout to time beside this one')
-  parser.add_argument('--out', default='', help='result file (default benchmarks/results/'
-                      'plots-<date>.json)')
+  interleave.add_flags(parser, reps=5, result='plots')
   args = parser.parse_args()
-  roots = {'this': ROOT, **({'compare': os.path.abspath(args.compare)} if args.compare else {})}
-  times = {name: [] for name in roots}
-  for _ in range(args.reps):
-    for name, root in roots.items():
-      times[name].append(one(root))
-  result = {'date': datetime.datetime.now().isoformat(timespec='seconds'),
-            'load_at_start': os.getloadavg()[0],
-            'commits': {name: commit(root) for name, root in roots.items()},
-            **{name: summarize(t) for name, t in times.items()}}
-  out = args.out or os.path.join(RESULTS, f'plots-{datetime.date.today()}.json')
+  result = interleave.run(args, one)
+  names = [name for name in ('this', 'compare') if name in result]
+  result.update({name: interleave.spread(result[name]) for name in names})
+  out = interleave.out_path(args, 'plots')
   with open(out, 'w') as f:
     json.dump(result, f, indent=1)
-  for name in roots:
+  for name in names:
     print(f'{name}: median {result[name]["median"]:.3f} s, '
           f'spread {result[name]["spread"][0]:.3f}-{result[name]["spread"][1]:.3f} s')
   print(f'wrote {out}')

@@ -14,18 +14,15 @@ summary.json of compilation (tracing, lowering and XLA: `compile_s`) and trainin
 (`train_time_s`). At one round the rest of the wall time is the programs' fixed costs.
 """
 import argparse
-import datetime
 import glob
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(ROOT, 'benchmarks', 'results')
+import interleave
 
 
 def one(root, preset):
@@ -48,44 +45,25 @@ def one(root, preset):
           'train_s': sum(s['train_time_s'] for s in summaries), 'programs': len(summaries)}
 
 
-def commit(root):
-  """The checkout's commit ('' where it is not a git checkout)."""
-  out = subprocess.run(['git', '-C', root, 'rev-parse', 'HEAD'], capture_output=True, text=True,
-                       check=False)
-  return out.stdout.strip()
-
-
 def summarize(reps):
   """Per measure: the repetitions' values sorted, their median and spread."""
-  out = {'programs': reps[0]['programs']}
-  for key in ('wall_s', 'compile_s', 'train_s'):
-    values = sorted(r[key] for r in reps)
-    out[key] = {'seconds': values, 'median': statistics.median(values),
-                'spread': [values[0], values[-1]]}
-  return out
+  return {'programs': reps[0]['programs'],
+          **{key: interleave.spread(r[key] for r in reps)
+             for key in ('wall_s', 'compile_s', 'train_s')}}
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--preset', default='fedgkd_dirichlet', help='a preset with a cpu tier')
-  parser.add_argument('--reps', type=int, default=3)
-  parser.add_argument('--compare', default='', help='another checkout to time beside this one')
-  parser.add_argument('--out', default='', help='result file (default benchmarks/results/'
-                      'program-costs-<date>.json)')
+  interleave.add_flags(parser, reps=3, result='program-costs')
   args = parser.parse_args()
-  roots = {'this': ROOT, **({'compare': os.path.abspath(args.compare)} if args.compare else {})}
-  reps = {name: [] for name in roots}
-  for _ in range(args.reps):
-    for name, root in roots.items():
-      reps[name].append(one(root, args.preset))
-  result = {'date': datetime.datetime.now().isoformat(timespec='seconds'),
-            'preset': args.preset, 'load_at_start': os.getloadavg()[0],
-            'commits': {name: commit(root) for name, root in roots.items()},
-            **{name: summarize(r) for name, r in reps.items()}}
-  out = args.out or os.path.join(RESULTS, f'program-costs-{datetime.date.today()}.json')
+  result = {'preset': args.preset, **interleave.run(args, lambda root: one(root, args.preset))}
+  names = [name for name in ('this', 'compare') if name in result]
+  result.update({name: summarize(result[name]) for name in names})
+  out = interleave.out_path(args, 'program-costs')
   with open(out, 'w') as f:
     json.dump(result, f, indent=1)
-  for name in roots:
+  for name in names:
     r = result[name]
     print(f'{name}: {r["programs"]} programs; ' + ', '.join(
         f'{key} median {r[key]["median"]:.1f} ({r[key]["spread"][0]:.1f}-'
