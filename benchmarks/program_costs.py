@@ -7,7 +7,7 @@ another one, interleaved.
 
 Each repetition runs `experiments/presets.py PRESET --mode=cpu --rounds=1 --seeds=1 --jobs=1`
 in a fresh process per checkout (A B A B ..., so the machine's drift falls on both alike),
-each with an empty XLA compilation cache (a first run of the tier compiles everything), and
+each with an empty tool cache (a first run of the tier compiles everything), and
 writes benchmarks/results/program-costs-<date>.json with each checkout's per-repetition
 seconds, median and spread: the command's wall time, and the sums over its runs'
 summary.json of compilation (tracing, lowering and XLA: `compile_s`) and training
@@ -29,7 +29,11 @@ def one(root, preset):
   """{'wall_s', 'compile_s', 'train_s', 'programs'} of one cold one-round run of `preset`
   with the checkout at `root` (its package first on the path)."""
   with tempfile.TemporaryDirectory() as tmp:
-    env = dict(os.environ, PYTHONPATH=root, JAX_COMPILATION_CACHE_DIR=os.path.join(tmp, 'xla'))
+    # A fresh tool cache: the user's default --compile_cache=auto, empty (a user's own
+    # $JAX_COMPILATION_CACHE_DIR would keep JAX's 1 s threshold, under which nothing this
+    # small is written).
+    env = {k: v for k, v in os.environ.items() if not k.startswith('JAX_COMPILATION_CACHE')}
+    env.update(PYTHONPATH=root, FEDJAX_DRIFT_CACHE=os.path.join(tmp, 'cache'))
     start = time.perf_counter()
     subprocess.run([sys.executable, os.path.join(root, 'experiments', 'presets.py'), preset,
                     '--mode=cpu', '--rounds=1', '--seeds=1', '--jobs=1',

@@ -15,6 +15,7 @@ cohort size, variants, buffer sizes) are static and cannot be gridded. A zero th
 part off (e.g. --prox_mu=0) skips the part when static; gridded, the part runs with weight 0.
 """
 import dataclasses
+import functools
 import json
 import os
 from typing import Any, NamedTuple
@@ -132,7 +133,6 @@ class _Shared(NamedTuple):
   norm: Any = None  # data/pipeline.Normalization (--normalize*), computed once, or None
   y: np.ndarray = None  # labels of x's rows: y_train (then y_val)
   cohorts: Any = None  # --cohorts=file:: [rounds, K] client ids, one row per round, or None
-  inits: dict = None  # the runs' compiled model inits, one per model (_build_run)
 
 
 def eval_protocol(config: Config) -> str:
@@ -158,7 +158,7 @@ def _load(config) -> _Shared:
                                               config.normalize_mean, config.normalize_std,
                                               config.dataset), y,
                  read_cohorts(config.cohorts[5:], config.rounds, config.clients_per_round)
-                 if config.cohorts else None, {})
+                 if config.cohorts else None)
 
 
 def read_cohorts(path, rounds, cohort_size):
@@ -339,6 +339,17 @@ def _check_cover_possible(config, dataset, parts):
                     f'(seed {config.seed}); raise --clients_per_round')
 
 
+@functools.lru_cache(maxsize=16)
+def compiled_init(model_args) -> Any:
+  """key -> the initial params of the model `models.get(**dict(model_args))` names, as one
+  compiled program: not each initialiser and each op of init's forward pass compiled on its
+  own (eagerly: half of a first CNN run's compilation). Kept for the process, so that every
+  run, study and preset method on the same model traces and compiles it once (a preset's
+  worker runs many; each study compiling its own was 0.1-0.6 s a run). Bit-identical to the
+  eager init (tests/test_study.py)."""
+  return jax.jit(models.get(**dict(model_args)).init)
+
+
 def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   """One run from a resolved config: partition, model, algorithm, tables and initial state.
   platform (None: this process's backend) is the one 'auto' choices are made for
@@ -369,13 +380,9 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   chunk, strategy = parallelism(config, model.family, platform)
   data = federated.build(shared.x, shared.y, train_parts, ds.num_classes)
   run_key = jax.random.key(config.seed)
-  # One compiled program, not each initialiser and each op of init's forward pass compiled
-  # on its own (eagerly: half of a first CNN run's compilation), and one for every run of the
-  # study on the same model. Bit-identical (tests/test_study.py). A --pretrained checkpoint
-  # is read inside init: eager, or its weights would become constants of the program.
-  init = model.init
-  if not config.pretrained:
-    init = shared.inits.setdefault(tuple(sorted(model_args.items())), jax.jit(model.init))
+  # A --pretrained checkpoint is read inside init: eager, or its weights would become
+  # constants of the program.
+  init = model.init if config.pretrained else compiled_init(tuple(sorted(model_args.items())))
   params = init(jax.random.fold_in(run_key, 0))
   if config.init_params:  # the same key use as without: only the starting point differs
     params = saved.into(params, saved.read(config.init_params, config.init_params_run),

@@ -13,6 +13,7 @@ Every relative link of the pages points at a file, and at a heading where it nam
 """
 import ast
 import glob
+import importlib
 import os
 import re
 import shlex
@@ -99,8 +100,12 @@ def _id(item):
 
 
 COMMANDS = readme_commands()
+# Pages whose Python a test of their own runs whole, unshrunk, as one program (running it
+# here too, shrunk, repeated that run: 19 s of the slow command).
+OWN_TEST = {'docs/new_method.md': 'tests/test_new_method.py'}
 RUNNABLE = [c for c in COMMANDS
-            if c[1] == 'python' or c[2][0] not in ('pip',) and c[2][1:3] != ['-m', 'pytest']]
+            if (c[1] == 'python' and c[0] not in OWN_TEST) or
+            c[1] == 'shell' and c[2][0] not in ('pip',) and c[2][1:3] != ['-m', 'pytest']]
 
 
 @pytest.fixture(scope='module')
@@ -186,6 +191,15 @@ def test_readme_has_commands():
   for _, kind, argv in COMMANDS:
     if kind == 'shell' and argv[0] == 'python' and argv[1].endswith('.py'):
       assert os.path.exists(os.path.join(ROOT, argv[1])), argv
+
+
+def test_pages_left_to_their_own_test_are_run_there():
+  """A page in OWN_TEST shows Python, and its test module runs that page (its PAGE)."""
+  for page, test in OWN_TEST.items():
+    assert any(p == page and kind == 'python' for p, kind, _ in COMMANDS), page
+    module = importlib.import_module(os.path.basename(test)[:-len('.py')])
+    assert module.PAGE.replace(os.sep, '/') == page, test
+    assert module.test_the_page_runs_as_one_program.pytestmark, test  # slow: CI runs it
 
 
 def test_readme_test_command_is_the_ci_command():

@@ -76,3 +76,14 @@ def test_initial_params_are_the_models_own_init(tiny_npz, tmp_path):
   for built, own in zip(jax.tree.leaves(run.state.params), jax.tree.leaves(eager)):
     assert built.dtype == own.dtype
     np.testing.assert_array_equal(np.asarray(built), np.asarray(own))
+
+
+def test_studies_on_one_model_share_one_compiled_init(tiny_npz, tmp_path):
+  """The process keeps each model's compiled init: a second study on the same model (here
+  another learning rate and seed) reuses it; another model gets its own."""
+  study_lib.compiled_init.cache_clear()
+  study_lib.build(sweep_config(tiny_npz, tmp_path, lr=0.1))
+  study_lib.build(sweep_config(tiny_npz, tmp_path, lr=0.2, seed=3))
+  assert study_lib.compiled_init.cache_info()[:2] == (1, 1)  # (hits, misses)
+  study_lib.build(sweep_config(tiny_npz, tmp_path, model='mlp_bn'))
+  assert study_lib.compiled_init.cache_info()[:2] == (1, 2)
