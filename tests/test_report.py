@@ -1,4 +1,7 @@
-"""report.py: the run directory's figures (drift.png's panels and their labels)."""
+"""report.py: the run directory's figures (drift.png's panels and their labels, partition.png
+rendered once per histogram)."""
+import numpy as np
+
 from fedjax_drift import report
 
 
@@ -18,3 +21,22 @@ def test_drift_plot_labels_each_panel_and_shows_the_training_loss(tmp_path, monk
   panels = seen[0]
   assert len(panels) == 5 and all(ylabel for _, ylabel in panels)
   assert panels[0] == ('mean client training loss', 'cross-entropy')
+
+
+def test_a_partition_figure_is_rendered_once_per_histogram_and_title(tmp_path, monkeypatch):
+  """Every method of a scenario writes the same partition.png: the process renders it once,
+  and the bytes are those a fresh rendering gives."""
+  hist = np.arange(40).reshape(8, 5) % 7
+  report._partition_png.cache_clear()  # pylint: disable=protected-access
+  report.plot_partition(str(tmp_path / 'a.png'), hist, 'dirichlet partition (seed 0)')
+  rendered = []
+  real_png = report._png  # pylint: disable=protected-access
+  monkeypatch.setattr(report, '_png', lambda fig: rendered.append(fig) or real_png(fig))
+  report.plot_partition(str(tmp_path / 'b.png'), hist.copy(), 'dirichlet partition (seed 0)')
+  assert not rendered and (tmp_path / 'a.png').read_bytes() == (tmp_path / 'b.png').read_bytes()
+  report._partition_png.cache_clear()  # pylint: disable=protected-access
+  report.plot_partition(str(tmp_path / 'c.png'), hist, 'dirichlet partition (seed 0)')
+  assert len(rendered) == 1
+  assert (tmp_path / 'c.png').read_bytes() == (tmp_path / 'a.png').read_bytes()
+  report.plot_partition(str(tmp_path / 'd.png'), hist, 'dirichlet partition (seed 1)')
+  assert len(rendered) == 2  # another title: its own figure
