@@ -2,6 +2,7 @@
 falls on both alike): the pieces that plots.py and program_costs.py share."""
 import argparse
 import datetime
+import json
 import os
 import statistics
 import subprocess
@@ -18,25 +19,29 @@ def add_flags(parser: argparse.ArgumentParser, reps: int, result: str):
                       f'{result}-<date>.json)')
 
 
-def out_path(args, result: str) -> str:
-  """--out, or benchmarks/results/<result>-<today>.json."""
-  return args.out or os.path.join(ROOT, 'benchmarks', 'results',
-                                  f'{result}-{datetime.date.today()}.json')
-
-
-def run(args, one) -> dict:
+def run(args, one, summarize) -> dict:
   """one(root) for this checkout ('this') and --compare's ('compare'), --reps times each,
-  interleaved. Returns {'date', 'load_at_start', 'commits': {name: commit}, name: [one's
-  results in repetition order]}."""
+  interleaved. Returns {'date', 'load_at_start', 'commits': {name: commit}, name:
+  summarize([one's results in repetition order])}."""
   roots = {'this': ROOT, **({'compare': os.path.abspath(args.compare)} if args.compare else {})}
   result = {'date': datetime.datetime.now().isoformat(timespec='seconds'),
             'load_at_start': os.getloadavg()[0],
-            'commits': {name: commit(root) for name, root in roots.items()},
-            **{name: [] for name in roots}}
+            'commits': {name: commit(root) for name, root in roots.items()}}
+  reps = {name: [] for name in roots}
   for _ in range(args.reps):
     for name, root in roots.items():
-      result[name].append(one(root))
-  return result
+      reps[name].append(one(root))
+  return {**result, **{name: summarize(r) for name, r in reps.items()}}
+
+
+def write(args, result_name: str, result: dict) -> str:
+  """Writes `result` as JSON to --out, or benchmarks/results/<result_name>-<today>.json;
+  returns the path."""
+  out = args.out or os.path.join(ROOT, 'benchmarks', 'results',
+                                 f'{result_name}-{datetime.date.today()}.json')
+  with open(out, 'w') as f:
+    json.dump(result, f, indent=1)
+  return out
 
 
 def commit(root) -> str:

@@ -10,7 +10,6 @@ benchmarks/results/plots-<date>.json with each checkout's per-repetition seconds
 spread.
 """
 import argparse
-import json
 import subprocess
 import sys
 
@@ -51,13 +50,9 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   interleave.add_flags(parser, reps=5, result='plots')
   args = parser.parse_args()
-  result = interleave.run(args, one)
-  names = [name for name in ('this', 'compare') if name in result]
-  result.update({name: interleave.spread(result[name]) for name in names})
-  out = interleave.out_path(args, 'plots')
-  with open(out, 'w') as f:
-    json.dump(result, f, indent=1)
-  for name in names:
+  result = interleave.run(args, one, interleave.spread)
+  out = interleave.write(args, 'plots', result)
+  for name in result['commits']:
     print(f'{name}: median {result[name]["median"]:.3f} s, '
           f'spread {result[name]["spread"][0]:.3f}-{result[name]["spread"][1]:.3f} s')
   print(f'wrote {out}')

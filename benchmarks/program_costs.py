@@ -61,13 +61,10 @@ def main():
   parser.add_argument('--preset', default='fedgkd_dirichlet', help='a preset with a cpu tier')
   interleave.add_flags(parser, reps=3, result='program-costs')
   args = parser.parse_args()
-  result = {'preset': args.preset, **interleave.run(args, lambda root: one(root, args.preset))}
-  names = [name for name in ('this', 'compare') if name in result]
-  result.update({name: summarize(result[name]) for name in names})
-  out = interleave.out_path(args, 'program-costs')
-  with open(out, 'w') as f:
-    json.dump(result, f, indent=1)
-  for name in names:
+  result = {'preset': args.preset,
+            **interleave.run(args, lambda root: one(root, args.preset), summarize)}
+  out = interleave.write(args, 'program-costs', result)
+  for name in result['commits']:
     r = result[name]
     print(f'{name}: {r["programs"]} programs; ' + ', '.join(
         f'{key} median {r[key]["median"]:.1f} ({r[key]["spread"][0]:.1f}-'
