@@ -190,7 +190,8 @@ def _start(args, names, only, runner, flags):
       raise fedjax_drift.UserError(f'--only: {name} has no method '
                                    f'{sorted(set(only) - set(PRESETS[name]["methods"]))[0]}')
     if args.show:
-      print(settings_table(name, args.mode, args.rounds or None, args.seeds or None))
+      print(settings_table(name, args.mode, args.rounds or None, args.seeds or None,
+                           resolved=True))
       continue
     if len(names) > 1 and not configs(name, args.mode):  # `all`: say why, go on
       print(f'{name}: skipped, {pending_line(name, args.mode)}')

@@ -1,8 +1,10 @@
 """The documents: a preset's settings table (every value with its source, pending runs, the
 mode's cuts, the work estimate), the experiments table, experiments/PRESETS.md, --list."""
+import dataclasses
 import os
 import shlex
 
+import fedjax_drift
 from fedjax_drift import stats, tables
 from presetlib.estimates import (ACCELERATORS, CPU_GFLOPS, EFFICIENCY, accelerator_estimate,
                                  estimate)
@@ -10,7 +12,7 @@ from presetlib.loading import EXPERIMENTS, PRESETS, ROOT
 from presetlib.plans import configs, pending, plan
 from presetlib.tiers import (CPU_CLIENTS, CPU_DROP, CPU_SEEDS, CPU_WHY, NO_SPLIT, SELECTION,
                              cpu_values, method_grid, resolve, scaled_shift_count,
-                             scenario_names, short_rounds)
+                             scenario_names, short_rounds, sources)
 
 DOC = os.path.join(ROOT, 'experiments', 'PRESETS.md')
 
@@ -116,8 +118,46 @@ def gpu_line(name, mode, rounds=None, seeds=None):
           f'(experiments/presetlib/estimates.py: the roofline of the two, not measured).{missing}')
 
 
-def settings_table(name, mode='full', rounds=None, seeds=None):
-  """The preset's settings with the source of every value, its pending runs and mode cuts."""
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(fedjax_drift.Config)}
+
+
+def resolved_rows(name, mode='full', rounds=None, seeds=None):
+  """[(field, value, runs, source)]: every value a run of the mode resolves to that differs
+  from the Config default (and every algo), one row per (field, value, source) with the runs
+  it holds for ('every run' when all); a value the mode changes cites the mode's cuts."""
+  preset, rows, runs = PRESETS[name], {}, []
+  for s in scenario_names(preset, mode):
+    for label in preset['methods']:
+      runs.append(f'{s} / {label}')
+      values, grid, _ = resolve(name, mode, s, label, rounds, seeds)
+      full, src = resolve(name, 'full', s, label)[0], sources(name, s, label)
+      items = [(k, v, k in full and full[k] == v) for k, v in values.items()]
+      items += [(k, vals, True) for k, vals in grid.items()]
+      for k, v, paper in items:
+        if k != 'algo' and k in DEFAULTS and v == DEFAULTS[k]:
+          continue
+        why = src.get(k, '') if paper else f'the `{mode}` mode (cuts below)'
+        rows.setdefault((k, v if not isinstance(v, tuple) else v, why), []).append(runs[-1])
+  out = []
+  for (k, v, why), where in sorted(rows.items(), key=lambda r: r[0][0]):
+    key = f'{k} (tuned)' if isinstance(v, tuple) else k
+    out.append((key, v, 'every run' if len(where) == len(runs) else ', '.join(where), why))
+  return out
+
+
+def resolved_table(name, mode='full', rounds=None, seeds=None):
+  """The markdown lines of resolved_rows."""
+  lines = [f'Resolved values of `--mode={mode}` that differ from the Config defaults (and each '
+           'method\'s algo), with their sources:', '',
+           '| setting | value | runs | source |', '|---|---|---|---|']
+  lines += [f'| {k} | {_show(v)} | {where} | {why} |'
+            for k, v, where, why in resolved_rows(name, mode, rounds, seeds)]
+  return lines
+
+
+def settings_table(name, mode='full', rounds=None, seeds=None, resolved=False):
+  """The preset's settings with the source of every value, its pending runs and mode cuts;
+  resolved: with resolved_table after them (--show)."""
   preset = PRESETS[name]
   lines = [f'## `{name}`: {preset["title"]}', '',
            f'Paper: {preset["paper"]}. Experiments: '
@@ -151,6 +191,8 @@ def settings_table(name, mode='full', rounds=None, seeds=None):
               for k, (vals, src) in m['grid'].items()]
     for k, val, src in items or [('', '', 'the shared settings above')]:
       lines.append(f'| {label} | {m["algo"]} | {k} | {_show(val)} | {src} |')
+  if resolved:
+    lines += [''] + resolved_table(name, mode, rounds, seeds)
   if preset['notes']:
     lines += [''] + [f'- {n}' for n in preset['notes']]
   waiting = pending(name, mode)

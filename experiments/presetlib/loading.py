@@ -35,14 +35,22 @@ def _inherit(name, raw, chain=()):
   if 'base' not in own:
     return copy.deepcopy(own)
   out = _inherit(own['base'], raw, chain + (name,))
+  # `unset` removes inherited settings only, before the preset's own are merged: a preset that
+  # both sets and unsets a field is refused (the own value would silently win or vanish).
+  both = sorted(set(own.get('unset', ())) & set(own.get('setting', {})))
+  if both:
+    raise ValueError(f'preset {name}: both sets and unsets {", ".join(both)}; unset only '
+                     'removes a value inherited from its base: drop one of the two')
+  for field in own.get('unset', ()):
+    if field not in out['setting']:
+      raise ValueError(f'preset {name}: unset names {field}, which its base does not set')
+    out['setting'].pop(field)
   for key, value in own.items():
     if key in ('setting', 'grid', 'methods') or (key == 'scenarios' and
                                                   own.get('extend_scenarios')):
       out[key] = {**out.get(key, {}), **value}
     elif key not in ('base', 'extend_scenarios'):
       out[key] = copy.deepcopy(value)
-  for field in own.get('unset', ()):
-    out['setting'].pop(field)
   if 'methods_only' in own:
     out['methods'] = {label: out['methods'][label] for label in own['methods_only']}
   out.setdefault('notes', [])

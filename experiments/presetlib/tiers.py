@@ -150,6 +150,30 @@ def resolve(name, mode, scenario, label, rounds=None, seeds=None):
   return values, grid, n_seeds
 
 
+SELECTION_WHY = ('not stated in the papers; ours (issue 22): selection on 10% of each client\'s '
+                 'training examples')
+
+
+def sources(name, scenario, label):
+  """{field: source} of every value resolve(name, 'full', scenario, label) returns, by the
+  same precedence (the layer that gives a field its value gives its source)."""
+  preset = PRESETS[name]
+  method = preset['methods'][label]
+  out = {k: SELECTION_WHY for k in SELECTION}
+  out.update({k: src for k, (_, src) in preset['setting'].items()})
+  out.update({k: src for k, (_, src) in preset['scenarios'][scenario].items()
+              if k not in REPORT_KEYS})
+  out.update({k: src for k, (_, src) in method['set'].items()})
+  by_method = preset['scenario_extra'][scenario]['methods'].get(label, {})
+  out.update({k: src for k, (_, src) in by_method.items()})
+  out['algo'] = f'the method {label}'
+  out.update({k: src for k, (_, src) in method_grid(preset, method).items()})
+  values = resolve(name, 'full', scenario, label)[0]
+  if values.get('scenario') == 'longtail_stateless':
+    out['val_fraction'] = f'no split is held out: {NO_SPLIT}'
+  return out
+
+
 def cpu_values(values):
   """The cpu tier's Config values for a run of the paper's `values` (CPU_WHY says why each
   change): methods, partition, clients per round, local work and hyperparameters stay."""
