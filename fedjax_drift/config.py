@@ -131,10 +131,10 @@ class Config:
                        'with --val_fraction=0 and every training example kept',
                        ('clients', 'server', 'dataset'), group='data')
   val_order: str = _f('random', '--val_source=server: which slice of the pooled training set '
-                      'it holds out: random = a seeded draw; tail = the last --val_fraction of '
-                      'the training set in file order, as FedGKD\'s code (its clients get the '
-                      'first 90%, its validation the last 10%)', ('random', 'tail'),
-                      group='data')
+                      'it holds out: random = a seeded draw (refused if it misses a class); '
+                      'tail = the last --val_fraction of each class in file order, FedGKD\'s '
+                      'code\'s last 10% made class-covering (docs/running.md)',
+                      ('random', 'tail'), group='data')
   cohort_sampler: str = _f('uniform', 'cohort sampling; cover_classes requires the cohort\'s '
                            'labels to cover every class', ('uniform', 'cover_classes'),
                            group='server')
