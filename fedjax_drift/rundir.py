@@ -37,7 +37,7 @@ _BEFORE_RECORDS = ('config.json', 'summary.json', 'metrics.csv', 'rounds.csv', '
                    'personalization.csv')
 # The files a run writes at its top level (an input or --save_params may not take these names).
 OWN_FILES = _BEFORE_RECORDS + ('shifts.csv', 'client_acc.csv', 'features.npz', 'attention.npz',
-                               'attention.csv', 'best_val_params.npz')
+                               'attention.csv', 'best_val_params.npz', 'splits.csv')
 OWN_DIRS = ('checkpoints', 'tensorboard')
 # What a fedjax-drift from before the record wrote: adopted once, by `adopt`, when such a run
 # (its config.json proves it) is resumed. Never used to decide what a marked run owns.

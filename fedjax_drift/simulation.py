@@ -24,6 +24,7 @@ import numpy as np
 from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, inputs,
                           interrupts, models, report, results, rundir)
 from fedjax_drift import best_val, compile_cache, diagnostics, host_state, methods, preflight
+from fedjax_drift import splits
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
@@ -96,6 +97,9 @@ def _run(config, log):
       fingerprint = inputs.fingerprint(input_flags(config))
       study = distributed.place(build(config, runs, preflight.before_build(config, runs)))
       inputs.check_unchanged(fingerprint, run_dir, while_reading=True)
+      uncovered = splits.coverage_warning(config, study.experiments)
+      if uncovered:
+        log(uncovered)
       interrupts.check()
       with interrupts.deferred():  # Ctrl-C while XLA compiles can crash the process
         compiled = _compile(study)
@@ -238,6 +242,8 @@ def _open_run_dir(study, run_dir, log, fingerprint) -> Output:
   record.set(finished=False, config=run_flags(dataclasses.asdict(cfg)), **identity)
   report.write_json(os.path.join(run_dir, 'config.json'),
                     _resolved_config(study, run_dir, fingerprint))
+  # Every time, whole: a resume rewrites the same rows (each run's splits follow its seed).
+  splits.write(os.path.join(run_dir, 'splits.csv'), study.experiments)
   if restored is None:
     exp = study.experiments[0]
     report.plot_partition(os.path.join(run_dir, 'partition.png'),

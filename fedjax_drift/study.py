@@ -63,6 +63,7 @@ class Experiment(NamedTuple):
   scenario: Any              # data/scenarios.Scenario
   pipeline: Any = None       # data/pipeline.Pipeline: augmentation, normalisation, dropout
   validation: Any = None     # Validation (config.has_validation), or None
+  vote_index: Any = None     # FedGKD-Vote's voting examples (rows of x_train), or None
 
 
 class Validation(NamedTuple):
@@ -241,10 +242,21 @@ def _validation_split(config, dataset, norm=None, pool=None, held=None):
   to draw from (default all; less the --val_source=server split). held: that server split,
   when there is one: the vote's examples are drawn from it and the clients keep the pool.
   """
+  val, keep = _vote_indices(config, dataset, pool, held)
+  if val is None:
+    return keep, None
+  server_data = {'x_val': input_pipeline.preprocess(jnp.asarray(dataset.x_train[val]), norm),
+                 'y_val': jnp.asarray(dataset.y_train[val])}
+  return keep, server_data
+
+
+def _vote_indices(config, dataset, pool=None, held=None):
+  """(FedGKD-Vote's voting examples or None, the kept examples): `_validation_split`'s
+  draw, as indices into the training set."""
   n = len(dataset.y_train)
   pool = np.arange(n) if pool is None else pool
   if not algorithms.needs_validation(config):
-    return pool, None
+    return None, pool
   size, rng = config.vote_val_size, np.random.default_rng(config.seed + 104729)
   if held is not None:  # the server's held-out split (--val_source=server) validates the vote,
     if size > len(held):  # as FedGKD's code does: the clients keep the whole pool
@@ -264,20 +276,21 @@ def _validation_split(config, dataset, norm=None, pool=None, held=None):
                       'examples' + (' left by --val_fraction' if len(pool) < n else ''))
     perm = rng.permutation(len(pool))  # with the whole pool: the draw before --val_fraction
     val, keep = pool[perm[:size]], np.sort(pool[perm[size:]])
-  server_data = {'x_val': input_pipeline.preprocess(jnp.asarray(dataset.x_train[val]), norm),
-                 'y_val': jnp.asarray(dataset.y_train[val])}
-  return keep, server_data
+  return val, keep
 
 
 def _partition(config, shared):
   """(train parts as indices into the full training set, test parts or None, server data,
-  Validation or None)."""
+  Validation or None, FedGKD-Vote's voting examples or None)."""
   ds = shared.dataset
   pool, server_val = np.arange(len(ds.y_train)), None
   if config.val_fraction and config.val_source == 'server':  # first: the same for every method
     server_val, pool = partitions.server_holdout(pool, config.val_fraction, config.seed,
-                                                 config.val_order)
-  keep, server_data = _validation_split(config, ds, shared.norm, pool, server_val)
+                                                 config.val_order, ds.y_train)
+  vote, keep = _vote_indices(config, ds, pool, server_val)
+  server_data = None if vote is None else {
+      'x_val': input_pipeline.preprocess(jnp.asarray(ds.x_train[vote]), shared.norm),
+      'y_val': jnp.asarray(ds.y_train[vote])}
   test_parts = None
   column = partitions.natural_column(config.partition, list(ds.groups or {}), config.dataset)
   if config.partition == 'domains':
@@ -304,7 +317,7 @@ def _partition(config, shared):
                     f'{len(parts)} clients of --partition={config.partition}')
   if config.cohort_sampler == 'cover_classes':
     _check_cover_possible(config, ds, parts)
-  return parts, test_parts, server_data, validation
+  return parts, test_parts, server_data, validation, vote
 
 
 def _carve_validation(config, parts, server_val, dataset):
@@ -316,12 +329,18 @@ def _carve_validation(config, parts, server_val, dataset):
     return parts, None
   if server_val is not None:
     return parts, Validation(server_val, np.full(len(server_val), -1, np.int32))
+  pooled = np.concatenate(parts)
   parts, held = partitions.client_holdout(parts, config.val_fraction, config.seed)
   owner = np.concatenate([np.full(len(h), i, np.int32) for i, h in enumerate(held)])
   index = np.concatenate(held)
   if not len(index):
     raise UserError(f'--val_fraction={config.val_fraction} holds out no example: every '
                     'client has too few; raise it or use --val_source=server')
+  partitions.check_covers(dataset.y_train, pooled, index, np.concatenate(parts),
+                          f'--val_source=clients --val_fraction={config.val_fraction:g} '
+                          '(each client\'s own share)',
+                          'use --val_source=server --val_order=tail (the last share of each '
+                          'class) or a larger --val_fraction')
   return parts, Validation(index, owner)
 
 
@@ -358,7 +377,7 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   if config.scenario == 'longtail_stateless' and algorithms.needs_validation(config):
     raise UserError('--scenario=longtail_stateless draws clients from the whole training set, '
                     'so FedGKD-Vote\'s validation split cannot be held out of it')
-  train_parts, test_parts, server_data, validation = _partition(config, shared)
+  train_parts, test_parts, server_data, validation, vote = _partition(config, shared)
   conv_impl, _ = target_choices(config, platform)
   model_args = dict(name=config.model, num_classes=ds.num_classes,
                     input_shape=tuple(ds.x_train.shape[1:]), init=config.init,
@@ -401,7 +420,7 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
                              scenario, pipeline, cohorts=shared.cohorts)
   return Experiment(config, ds, train_parts, test_parts, model, algo, data, state, round_fn,
                     schedule, max_local_steps, chunk, strategy, server_data, scenario,
-                    pipeline, validation)
+                    pipeline, validation, vote)
 
 
 def target_choices(config: Config, platform=None):

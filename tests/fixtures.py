@@ -49,10 +49,16 @@ def _cifar_pickle(x, y):
                        b'data': data, b'filenames': [b'x.png'] * len(y)}, protocol=2)
 
 
-def write_cifar10_python(path, per_batch=20, n_test=20, seed=0):
-  """cifar-10-python.tar.gz: cifar-10-batches-py/data_batch_1..5 and test_batch (pickles)."""
+def write_cifar10_python(path, per_batch=20, n_test=20, seed=0, class_ordered=False):
+  """cifar-10-python.tar.gz: cifar-10-batches-py/data_batch_1..5 and test_batch (pickles).
+  Training examples in random order (as the official file), or with class_ordered class by
+  class across the five batches (as a reader of class folders gives them)."""
   rng = np.random.default_rng(seed)
   batches = [_images(rng, per_batch, (32, 32, 3)) for _ in range(5)]
+  if class_ordered:
+    x, y = (np.concatenate(a) for a in zip(*batches))
+    order = np.argsort(y, kind='stable')
+    batches = list(zip(np.split(x[order], 5), np.split(y[order], 5)))
   x_test, y_test = _images(rng, n_test, (32, 32, 3))
   names = [f'data_batch_{i}' for i in range(1, 6)] + ['test_batch']
   with tarfile.open(path, 'w:gz') as tar:

@@ -34,16 +34,19 @@ def test_client_holdout_is_disjoint_seeded_and_sized():
 
 
 def test_server_holdout_slices_the_pool():
-  val, rest = partitions.server_holdout(np.arange(20, 60), 0.1, seed=0)
+  labels = np.arange(60) % 3
+  val, rest = partitions.server_holdout(np.arange(20, 60), 0.1, seed=0, labels=labels)
   assert len(val) == 4 and len(rest) == 36
   assert sorted(np.concatenate([val, rest]).tolist()) == list(range(20, 60))
 
 
-def test_server_holdout_tail_is_the_last_share_in_file_order():
+def test_server_holdout_tail_is_the_last_share_of_each_class_in_file_order():
   pool = np.arange(20, 60)
-  val, rest = partitions.server_holdout(pool, 0.1, seed=0, order='tail')
-  assert val.tolist() == list(range(56, 60)) and rest.tolist() == list(range(20, 56))
-  again, _ = partitions.server_holdout(pool, 0.1, seed=7, order='tail')
+  labels = (np.arange(60) >= 40).astype(int)  # class-ordered: the pool's 20 0s, then 20 1s
+  val, rest = partitions.server_holdout(pool, 0.1, seed=0, order='tail', labels=labels)
+  assert val.tolist() == [38, 39, 58, 59] and rest.tolist() == list(range(20, 38)) + list(
+      range(40, 58))
+  again, _ = partitions.server_holdout(pool, 0.1, seed=7, order='tail', labels=labels)
   assert np.array_equal(val, again)  # file order: the seed plays no part
 
 
@@ -53,11 +56,16 @@ def test_vote_draws_from_the_tail_split_and_clients_keep_the_rest():
                                val_order='tail', algo='fedgkd_vote', vote_val_size=100,
                                seed=3, progress=False)
   run = study.prepare(config)
-  n = len(run.dataset.y_train)
-  held = n - round(0.9 * n)
-  assert run.validation.index.tolist() == list(range(n - held, n))
-  assert sorted(np.concatenate(run.train_parts).tolist()) == list(range(n - held))
+  y = run.dataset.y_train
+  n = len(y)
+  tail = []
+  for c in range(run.dataset.num_classes):  # the last 10% of each class in file order
+    mine = np.flatnonzero(y == c)
+    tail += mine[len(mine) - round(0.1 * len(mine)):].tolist()
+  assert run.validation.index.tolist() == sorted(tail)
+  assert sorted(np.concatenate(run.train_parts).tolist()) == sorted(set(range(n)) - set(tail))
   assert run.server_data['y_val'].shape == (100,)
+  assert set(run.vote_index) <= set(tail)
   with pytest.raises(fedjax_drift.UserError, match='--vote_val_size=9999 exceeds'):
     study.prepare(dataclasses.replace(config, vote_val_size=9999))
 

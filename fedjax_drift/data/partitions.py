@@ -341,18 +341,84 @@ def client_holdout(parts, fraction, seed):
   return train, val
 
 
-def server_holdout(keep, fraction, seed, order='random'):
+def server_holdout(keep, fraction, seed, order='random', labels=None):
   """--val_source=server: a slice of the pooled training examples `keep`, held out before
-  partitioning: a seeded draw (order='random') or the last share of `keep` in file order
-  (order='tail', --val_order=tail: FedGKD's code validates on the training set's last 10%).
+  partitioning, that holds every class of `keep` and leaves every class some training
+  examples.
+
+  order='tail' (--val_order=tail), a stratified tail: of each class's examples in `keep`,
+  the last holdout_count(n_c) in file order, and at least one of a class with two or more
+  (`stratified_tail`). FedGKD's code (FedDF's pcode: `define_val_dataset` cuts the training
+  set, unshuffled, into its first 90% for the clients and its last 10% for validation) takes
+  the last 10% of the whole file; on a class-ordered file (the Tiny-ImageNet zip, CIFAR-10's
+  JPEG folders) that is whole classes, so this takes the last share of each class instead.
+  On a randomly ordered file (CIFAR-10's pickled tarball) the two differ only by the
+  spread of the code's per-class counts: as many examples (when the shares round alike) and
+  97-99% of them in common on shuffles of CIFAR-10's 50,000 labels (tests/test_splits.py).
+  order='random': a seeded draw of holdout_count(len(keep)) examples (at least one), refused
+  in one line naming --val_order when it misses a class or takes all of one (`check_covers`).
+
+  labels: the label of every training example (indexed by `keep`'s values); needed by both
+  orders (the draw is checked, the tail is stratified by it).
   Returns (validation indices, the rest), both sorted."""
   keep = np.asarray(keep, np.int64)
-  size = max(holdout_count(len(keep), fraction), 1)
   if order == 'tail':
-    return np.sort(keep[len(keep) - size:]), np.sort(keep[:len(keep) - size])
+    val = stratified_tail(keep, np.asarray(labels)[keep], fraction)
+    return val, np.setdiff1d(keep, val)
+  size = max(holdout_count(len(keep), fraction), 1)
   rng = np.random.default_rng([seed, _VAL_STREAM])
   perm = rng.permutation(len(keep))
-  return np.sort(keep[perm[:size]]), np.sort(keep[perm[size:]])
+  val, rest = np.sort(keep[perm[:size]]), np.sort(keep[perm[size:]])
+  if labels is not None:
+    check_covers(labels, keep, val, rest, f'--val_source=server --val_order={order} '
+                 f'--val_fraction={fraction:g}: the seeded draw',
+                 'use --val_order=tail (the last share of each class)')
+  return val, rest
+
+
+def stratified_tail(keep, labels, fraction):
+  """The last share of each class in file order: of the examples `keep` (sorted by their
+  place in the file) of each label c, the last max(holdout_count(n_c, fraction), 1) when
+  n_c >= 2. A class with one example cannot be in both training and validation: UserError
+  naming --val_order. Returns the held-out indices (values of `keep`), sorted."""
+  keep, labels = np.asarray(keep, np.int64), np.asarray(labels)
+  order = np.argsort(keep, kind='stable')
+  keep, labels = keep[order], labels[order]
+  classes, counts = np.unique(labels, return_counts=True)
+  single = classes[counts < 2]
+  if len(single):
+    raise UserError(f'--val_order=tail --val_fraction={fraction:g}: class(es) '
+                    f'{_listed(single)} have a single training example, which cannot be both '
+                    'trained on and held out; use --val_source=clients or a dataset with '
+                    'more examples of each class')
+  held = []
+  for c, n_c in zip(classes, counts):
+    mine = keep[labels == c]
+    held.append(mine[n_c - max(holdout_count(n_c, fraction), 1):])
+  return np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
+
+
+def _listed(values, limit=8):
+  """'3, 7, 9' (the first `limit`, then '... (N in all)')."""
+  values = [int(v) for v in values]
+  shown = ', '.join(map(str, values[:limit]))
+  return shown + (f', ... ({len(values)} in all)' if len(values) > limit else '')
+
+
+def check_covers(labels, pool, val, train, what, remedy):
+  """UserError unless the validation indices `val` hold every class of `pool` (the examples
+  they were carved from) and the training indices `train` keep every class of it too.
+  what: the hold-out, as the message's subject (naming its flags); remedy: what to do."""
+  labels = np.asarray(labels)
+  have = np.unique(labels[np.asarray(pool, np.int64)])
+  unseen = np.setdiff1d(have, labels[np.asarray(val, np.int64)])
+  if len(unseen):
+    raise UserError(f'{what} holds out no example of class(es) {_listed(unseen)} of the '
+                    f'training set, so validation would never score them; {remedy}')
+  untrained = np.setdiff1d(have, labels[np.asarray(train, np.int64)])
+  if len(untrained):
+    raise UserError(f'{what} holds out every training example of class(es) '
+                    f'{_listed(untrained)}, so no client would train on them; {remedy}')
 
 
 # --- Registration -----------------------------------------------------------------------------
