@@ -269,9 +269,15 @@ class Config:
                              'FedDistill+)', group='algorithm', bounds=ABOVE_0, gridable=True)
   for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)',
                         group='algorithm', bounds=NONNEG, gridable=True)
-  for_scale: str = _f('paper', 'FedFOR term scale: paper = alpha / lr (eq. 7), per_step = '
-                      'alpha / (lr H_i) with H_i the client\'s local steps',
-                      ('paper', 'per_step'), group='algorithm')
+  for_scale: str = _f('paper', 'FedFOR: how large the term is and when it acts (docs/algorithms.md '
+                      'derives each): paper = alpha / lr at every step (eq. 7 as printed), '
+                      'per_step = alpha / (lr H_i) at every step (H_i the client\'s local steps), '
+                      'round = alpha / lr at the last local step (the correction once a round), '
+                      'epoch = alpha / lr at the last step of each local epoch',
+                      ('paper', 'per_step', 'round', 'epoch'), group='algorithm')
+  for_gate: str = _f('coordinate', 'FedFOR: where U = relu applies: coordinate = to each '
+                     'coordinate\'s product (eq. 7), vector = to the whole inner product (one U '
+                     'of the sum, eq. 6 gated)', ('coordinate', 'vector'), group='algorithm')
   gkd_gamma: float = _f(0.2, 'FedGKD distillation weight gamma (the loss adds gamma/2 KL)',
                         group='algorithm', bounds=NONNEG, gridable=True)
   gkd_buffer: int = _f(5, 'FedGKD / FedGKD-Vote: number M of past global models kept',

@@ -7,6 +7,8 @@ which differ here because the sizes do. Each test runs the compiled engine round
 re-implementation fed with the same cohort and minibatches, and compares the global model
 after every round. See tests/reference.py for the numpy pieces.
 """
+import json
+
 import chex
 import jax
 import numpy as np
@@ -197,41 +199,68 @@ def test_fedadc_plus(tiny_npz, unequal_partition):
 
 
 class FedFOR:
-  """eq. 7: gradient c (w^{t-2} - w^{t-1}) where (w^{t-2}-w^{t-1})(w-w^{t-1}) > 0, with
-  c = alpha/eta (paper) or alpha/(eta H_i) (per_step); 1/K averaging (Algorithm 1)."""
+  """eqs. 6-7: gradient c_s (w^{t-2} - w^{t-1}) where the gate is open, 1/K averaging
+  (Algorithm 1). Gate: per coordinate, (w^{t-2}-w^{t-1})_j (w-w^{t-1})_j > 0 (eq. 7); vector:
+  the whole inner product > 0. c_s at local step s of H_i (an epoch = ceil(n_i/B) steps):
+  alpha/eta (paper); alpha/(eta H_i) (per_step); alpha/eta at s = H_i - 1 only (round);
+  alpha/eta where s + 1 is a multiple of the epoch (epoch)."""
 
-  def __init__(self, alpha, per_step=False):
-    self.alpha, self.per_step, self.older = alpha, per_step, None
+  def __init__(self, alpha, scale='paper', gate='coordinate', batch_size=4):
+    self.alpha, self.scale, self.gate, self.b, self.older = alpha, scale, gate, batch_size, None
+
+  def coefficient(self, s, steps, n):
+    epoch = -(-n // self.b)
+    on = {'paper': True, 'per_step': True, 'round': s == steps - 1,
+          'epoch': (s + 1) % epoch == 0}[self.scale]
+    return self.alpha / (LR * (steps if self.scale == 'per_step' else 1)) * on
 
   def __call__(self, model, theta, ids, counts, batches, exp):
     older = theta if self.older is None else self.older
     diff = older - theta
     finals = []
     for i in ids:
-      c = self.alpha / (LR * (len(batches[i]) if self.per_step else 1))
-
-      def grad(w, x, y, mask, c=c):
-        g = model.grad(w, x, model.ce_dlogits(w, x, y), mask)
-        return g + c * diff * ((diff * (w - theta)) > 0)
-      finals.append(local_sgd(model, theta, batches[i], grad))
+      w = theta
+      for s, (x, y, mask) in enumerate(batches[i]):
+        products = diff * (w - theta)
+        gate = products > 0 if self.gate == 'coordinate' else products.sum() > 0
+        c = self.coefficient(s, len(batches[i]), int(counts[i]))
+        w = w - LR * (model.grad(w, x, model.ce_dlogits(w, x, y), mask) + c * diff * gate)
+      finals.append(w)
     self.older = theta
     return np.mean(finals, axis=0)
 
 
-@pytest.mark.parametrize('scale', ['paper', 'per_step'])
-def test_fedfor(tiny_npz, unequal_partition, scale):
-  exp = make(tiny_npz, unequal_partition, 'fedfor', for_alpha=0.05 if scale == 'paper' else 0.2,
-             for_scale=scale, clients_per_round=3)
-  reference = FedFOR(0.05 if scale == 'paper' else 0.2, per_step=scale == 'per_step')
+@pytest.fixture(scope='module')
+def label_skewed(tiny_npz, tmp_path_factory):
+  """Four clients of unequal sizes, each mostly one class (sorted by label), so that a client's
+  move can point back against the global one, which opens the vector gate."""
+  order = np.argsort(np.load(tiny_npz)['y_train'], kind='stable')
+  parts = [order[:8], order[8:20], order[20:38], order[38:60]]
+  path = tmp_path_factory.mktemp('skewed') / 'parts.json'
+  path.write_text(json.dumps([sorted(int(i) for i in p) for p in parts]))
+  return str(path)
+
+
+READINGS = [(s, g) for g in ('coordinate', 'vector') for s in ('paper', 'per_step', 'round',
+                                                                'epoch')]
+
+
+@pytest.mark.parametrize('scale,gate', READINGS)
+def test_fedfor(tiny_npz, label_skewed, scale, gate):
+  alpha = 0.05 if scale == 'paper' else 0.2
+  exp = make(tiny_npz, label_skewed, 'fedfor', for_alpha=alpha, for_scale=scale,
+             for_gate=gate, clients_per_round=3, local_epochs=2)
+  reference = FedFOR(alpha, scale, gate)
   run_lockstep(exp, reference, rounds=4)
 
 
-def test_fedfor_term_is_active(tiny_npz, unequal_partition):
-  """The rectified term changes round 2+ (so the lockstep test above is not vacuous)."""
-  a = run_lockstep(make(tiny_npz, unequal_partition, 'fedfor', for_alpha=0.05),
-                   FedFOR(0.05), rounds=3)
-  b = run_lockstep(make(tiny_npz, unequal_partition, 'fedfor', for_alpha=0.0),
-                   FedFOR(0.0), rounds=3)
+@pytest.mark.parametrize('scale,gate', READINGS)
+def test_fedfor_term_is_active(tiny_npz, label_skewed, scale, gate):
+  """Every reading's term changes round 2+ (so the lockstep test above is not vacuous)."""
+  alpha = 0.05 if scale == 'paper' else 0.2
+  knobs = dict(for_scale=scale, for_gate=gate, local_epochs=2, clients_per_round=3)
+  a = run_rounds(make(tiny_npz, label_skewed, 'fedfor', for_alpha=alpha, **knobs), 4)
+  b = run_rounds(make(tiny_npz, label_skewed, 'fedfor', for_alpha=0.0, **knobs), 4)
   assert np.abs(flat(a.params) - flat(b.params)).max() > 1e-4
 
 
@@ -463,7 +492,7 @@ def _fedavg_params(tiny_npz, unequal_partition, rounds=3, **overrides):
     ('fedadc_dm', dict(beta=0.0, phi=0.0)),
     ('fedadc_plus', dict(beta=0.0, kd_lambda=0.0)),
     ('fedfor', dict(for_alpha=0.0)),
-    ('fedfor', dict(for_alpha=0.0, for_scale='per_step')),
+    *[('fedfor', dict(for_alpha=0.0, for_scale=s, for_gate=g)) for s, g in READINGS],
     ('fedgkd', dict(gkd_gamma=0.0)),
     ('fedgkd_vote', dict(vote_lambda=0.0, vote_val_size=5)),
     ('igfl_c', dict(igfl_group=0.0)),

@@ -1,57 +1,79 @@
 """FedFOR: a first-order rectification against the last global move.
 
 Paper: "FedFOR: Stateless Heterogeneous Federated Learning with First-Order Regularization"
-(Tian, Smith and Kira), eq. 7 and Algorithm 1. Clients receive W^{t-1} (the model) and W^{t-2}
-(the one before) and minimise
+(Tian, Smith and Kira), eqs. 6-7 and Algorithm 1. Clients receive W^{t-1} (the model) and
+W^{t-2} (the one before) and minimise
 
-    L_k(W) + c sum_j U((w_j^{t-2} - w_j^{t-1}) (w_j - w_j^{t-1})),   U = relu,
+    L_k(W) + c sum_j U((w_j^{t-2} - w_j^{t-1}) (w_j - w_j^{t-1})),   U = relu,     (eq. 7)
 
 whose gradient is c (w^{t-2} - w^{t-1}) where the product is strictly positive and 0 elsewhere:
-moving against the previous global update is penalised. The scale c is
-  paper     c = alpha / eta          (eq. 7 as printed; App. C: alpha = 5);
-  per_step  c = alpha / (eta H_i)    (H_i = the client's own number of local steps).
-Why per_step exists: with c = alpha / eta, one SGD step on a coordinate where the term is
-active moves it by alpha (W^{t-1} - W^{t-2}), a jump of alpha times the previous global move,
-and a coordinate can take such a jump at several of its H_i steps, so the global update can
-grow up to alpha-fold per round and diverge (alpha = 5 does on small models at any lr). The
-paper's own derivation treats a round of H steps as one SGD step (grad L(W^{t-1}) =
-(W^{t-1} - W^t) / eta), which suggests the printed scale is H times too large; per_step spreads
-the correction over the H_i steps instead.
+moving against the previous global update is penalised. The paper derives c from eq. 6's
+gradient estimate grad L(W^{t-2}) ~ (W^{t-2} - W^{t-1}) / eta, which takes a round for one SGD
+step. Its text supports several readings of c and of when the term acts; `--for_scale` picks
+one (docs/algorithms.md derives each and RESULTS.md measures them):
+  paper     c = alpha / eta at every local step (eq. 7 as printed);
+  per_step  c = alpha / (eta H_i) at every step: the round's move spread over the client's own
+            H_i local steps (the gradient estimate (W^{t-2} - W^{t-1}) / (eta H_i));
+  round     c = alpha / eta at the client's last local step only: the momentum form after
+            eq. 7, W_k^t = W_k^{t-1} - eta grad L_k + alpha (W^{t-1} - W^{t-2}), with t the
+            round, so the correction comes once per round;
+  epoch     c = alpha / eta at the last step of each local epoch (ceil(n_i / B) steps).
+and `--for_gate` where U applies:
+  coordinate  to each coordinate's product, the sum over j outside U (eq. 7 as printed);
+  vector      to the whole inner product, one U of the sum (eq. 6's
+              grad L(W^{t-2})^T (W - W^{t-1}) switched off when the move is forward overall).
+With c = alpha / eta, one SGD step where the term is active moves each active coordinate by
+alpha (W^{t-1} - W^{t-2}): a jump of alpha times the last global move, so the global update can
+grow up to alpha-fold per round (alpha = 5 diverges on small models at any lr).
 
 jax.nn.relu has derivative 0 at 0 (U'(0) = 0), so the term is inactive at the first local step,
 where w = w^{t-1}. In round 1 there is no W^{t-2}; storing W^{t-2} = W^{t-1} makes the term
-exactly zero there (plain FedAvg). The server averages (1/K, Algorithm 1); FedFOR keeps no
-per-client state.
+exactly zero there (plain FedAvg), as does alpha = 0, in every reading. The server averages
+(1/K, Algorithm 1); FedFOR keeps no per-client state.
 """
 import jax
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part
-from fedjax_drift import registry
+from fedjax_drift import engine, registry
 from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
-SCALES = ('paper', 'per_step')
+SCALES = ('paper', 'per_step', 'round', 'epoch')
+GATES = ('coordinate', 'vector')
 
 
-def rectified_term(alpha, scale='paper'):
+def rectified_term(alpha, scale='paper', gate='coordinate', batch_size=0):
   """The FedFOR local term as a Part; its server buffer is W^{t-2}.
 
-  scale: 'paper' (alpha / eta, eq. 7) or 'per_step' (alpha / (eta H_i)).
+  alpha: the paper's alpha (>= 0); scale: one of SCALES, gate: one of GATES (module
+  docstring); batch_size: B, which sets an epoch's ceil(n_i / B) steps for scale='epoch'.
   """
   if scale not in SCALES:
     raise ValueError(f'scale must be one of {SCALES}, got {scale}')
+  if gate not in GATES:
+    raise ValueError(f'gate must be one of {GATES}, got {gate}')
 
   def coefficient(ctx):
+    """c at the step being taken: alpha/eta times how much of it this step carries."""
+    steps = jnp.maximum(ctx.num_steps, 1)
     if scale == 'paper':
       return alpha / ctx.lr
-    return alpha / (ctx.lr * jnp.maximum(ctx.num_steps, 1).astype(jnp.float32))
+    if scale == 'per_step':
+      return alpha / (ctx.lr * steps.astype(jnp.float32))
+    if scale == 'round':
+      return jnp.where(ctx.step == steps - 1, alpha / ctx.lr, 0.0)
+    epoch = engine.steps_per_epoch(ctx.num_examples, batch_size)
+    return jnp.where((ctx.step + 1) % jnp.maximum(epoch, 1) == 0, alpha / ctx.lr, 0.0)
 
   def loss(params, logits, batch, ctx):
     del logits, batch
     older, previous = ctx.payload['fedfor'], ctx.global_params
-    terms = jax.tree.map(lambda w, p, o: jnp.sum(jax.nn.relu((o - p) * (w - p))),
-                         params, previous, older)
-    return coefficient(ctx) * sum(jax.tree.leaves(terms))
+    products = jax.tree.map(lambda w, p, o: (o - p) * (w - p), params, previous, older)
+    if gate == 'coordinate':
+      penalty = sum(jnp.sum(jax.nn.relu(x)) for x in jax.tree.leaves(products))
+    else:
+      penalty = jax.nn.relu(sum(jnp.sum(x) for x in jax.tree.leaves(products)))
+    return coefficient(ctx) * penalty
 
   def server_update(params, buffer, sctx):
     del buffer
@@ -63,12 +85,13 @@ def rectified_term(alpha, scale='paper'):
 
 
 # --- Registration -----------------------------------------------------------------------------
-@registry.registers('part', 'for', 'rectified first-order term alpha/eta (FedFOR eq. 7)',
-                    reads=('for_alpha', 'for_scale'))
+@registry.registers('part', 'for', 'rectified first-order term (FedFOR eq. 7; --for_scale)',
+                    reads=('for_alpha', 'for_scale', 'for_gate', 'batch_size'))
 def _rectified(v, **_):
-  return rectified_term(v.for_alpha, v.for_scale)
+  return rectified_term(v.for_alpha, v.for_scale, v.for_gate, v.batch_size)
 
 
 algorithm('fedfor', Recipe(('for',), weighting='uniform',
                            weighting_source='FedFOR paper, Alg. 1: W^t = (1/K) sum_k W_k^t',
-                           summary='rectified first-order term (--for_alpha, --for_scale)'))
+                           summary='rectified first-order term (--for_alpha, --for_scale, '
+                                   '--for_gate)'))
