@@ -348,11 +348,13 @@ def server_holdout(keep, fraction, seed, order='random', labels=None):
 
   order='tail' (--val_order=tail), a stratified tail: of each class's examples in `keep`,
   the last holdout_count(n_c) in file order, and at least one of a class with two or more
-  (`stratified_tail`). FedGKD's code (FedDF's pcode: `define_val_dataset` cuts the training
-  set, unshuffled, into its first 90% for the clients and its last 10% for validation) takes
-  the last 10% of the whole file; on a class-ordered file (the Tiny-ImageNet zip, CIFAR-10's
-  JPEG folders) that is whole classes, so this takes the last share of each class instead.
-  On a randomly ordered file (CIFAR-10's pickled tarball) the two differ only by the
+  (`stratified_tail`). FedGKD's code (CGCL-codes/FedGKD pcode/create_dataset.py,
+  `define_val_dataset`: a DataPartitioner of type 'origin') cuts the unshuffled training set
+  into its first 90% for the clients and its last 10% for validation, the last 10% of the
+  whole file (for Tiny-ImageNet it shuffles first: type 'random', a seeded random 10%); on a
+  class-ordered file (the Tiny-ImageNet zip, CIFAR-10's JPEG folders) that is whole classes,
+  so this takes the last share of each class instead. On a randomly ordered file (CIFAR-10's
+  pickled tarball, which the code reads through torchvision) the two differ only by the
   spread of the code's per-class counts: as many examples (when the shares round alike) and
   97-99% of them in common on shuffles of CIFAR-10's 50,000 labels (tests/test_splits.py).
   order='random': a seeded draw of holdout_count(len(keep)) examples (at least one), refused
