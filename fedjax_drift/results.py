@@ -420,14 +420,24 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
 
 def _divergence_message(study, bad, run_dir):
   cfg = study.config
+  hint = f'lower --lr (now {cfg.lr:g}){_own_knobs(cfg)} or check the data'
   if len(bad) == 1:
     r = bad[0]
     where = f', first at client {r["diverged_client"]}' if r['diverged_client'] >= 0 else ''
     return (f'diverged: non-finite global model or client update in round '
-            f'{r["diverged_round"]}{where}; {_checkpoint_note(run_dir)}; lower --lr (now '
-            f'{cfg.lr:g}) or check the data')
+            f'{r["diverged_round"]}{where}; {_checkpoint_note(run_dir)}; {hint}')
   return (f'every run diverged (first in round {min(r["diverged_round"] for r in bad)}); '
-          f'{_checkpoint_note(run_dir)}; lower --lr or check the data')
+          f'{_checkpoint_note(run_dir)}; {hint}')
+
+
+def _own_knobs(cfg):
+  """', --for_alpha (now 5), --for_scale (now paper)': the flags of the run's method (its
+  recipe's step_knobs) that set how far a step moves, which a divergence may come from."""
+  names = cfg.algo.split(',') if ',' in cfg.algo else [cfg.algo]
+  knobs = [k for n in names if n in algorithms.RECIPES
+           for k in algorithms.recipes.get(n).step_knobs]
+  now = lambda v: f'{v:g}' if isinstance(v, float) else v
+  return ''.join(f', --{k} (now {now(getattr(cfg, k))})' for k in dict.fromkeys(knobs))
 
 
 def checkpoint_rounds(run_dir) -> list:

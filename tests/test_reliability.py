@@ -333,6 +333,15 @@ def test_divergence_names_only_existing_checkpoints(tiny_npz, unequal_partition,
   assert not (out / 'checkpoints').exists() or not os.listdir(out / 'checkpoints')
 
 
+def test_divergence_names_the_methods_own_step_knobs(tiny_npz, unequal_partition, tmp_path):
+  """FedFOR's jump is alpha times the last global move whatever the lr: the hint names
+  --for_alpha and --for_scale beside --lr (its recipe's step_knobs)."""
+  with pytest.raises(fedjax_drift.errors.DivergenceError) as e:
+    _quiet(tiny_config(tiny_npz, unequal_partition, algo='fedfor', model='mlp', lr=1e30,
+                       rounds=3, out=str(tmp_path / 'run')))
+  assert 'lower --lr (now 1e+30), --for_alpha (now 5), --for_scale (now' in str(e.value)
+
+
 def test_huge_finite_updates_are_not_divergence(tiny_npz, unequal_partition, tmp_path):
   # Updates near 1e25 are finite in float32; their squared norm (1e50) is not.
   summary = _quiet(tiny_config(tiny_npz, unequal_partition, lr=1e25, rounds=1,

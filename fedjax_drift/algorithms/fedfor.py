@@ -94,4 +94,5 @@ def _rectified(v, **_):
 algorithm('fedfor', Recipe(('for',), weighting='uniform',
                            weighting_source='FedFOR paper, Alg. 1: W^t = (1/K) sum_k W_k^t',
                            summary='rectified first-order term (--for_alpha, --for_scale, '
-                                   '--for_gate)'))
+                                   '--for_gate)',
+                           step_knobs=('for_alpha', 'for_scale')))
