@@ -199,3 +199,15 @@ def test_client_splits_are_rows_per_client(tmp_path):
   assert sum(n for c, _, n in per_split['test'] if c == -1) == len(exp.dataset.y_test)
   labels = {(c, label) for c, label, _ in per_split['client_val']}
   assert all(0 <= c < 4 for c, _ in labels)
+
+
+def test_the_dataset_s_own_validation_split_is_server_val(tmp_path):
+  rng = np.random.default_rng(0)
+  path = tmp_path / 'val.npz'
+  np.savez(path, x_train=rng.normal(size=(30, 4)).astype(np.float32), y_train=np.arange(30) % 3,
+           x_test=rng.normal(size=(6, 4)).astype(np.float32), y_test=np.arange(6) % 3,
+           x_val=rng.normal(size=(5, 4)).astype(np.float32), y_val=np.array([2, 2, 1, 2, 0]))
+  exp = study.prepare(fedjax_drift.Config(dataset=f'npz:{path}', val_source='dataset',
+                                          model='logreg', num_clients=3, clients_per_round=3,
+                                          progress=False))
+  assert splits.tables(exp)['server_val'] == [(-1, 0, 1), (-1, 1, 1), (-1, 2, 3)]
