@@ -72,7 +72,7 @@ from presetlib.documents import (  # noqa: E402,F401
     DOC, command, cuts, document, experiment_table, list_text, results_table, selection_text,
     settings_table, work_line)
 from presetlib.estimates import (  # noqa: E402,F401
-    CPU_GFLOPS, CPU_MFLOP, MFLOP_PER_SAMPLE, estimate, sample_gradients)
+    CPU_GFLOPS, CPU_MFLOP, XLA_COST, cost_key, estimate, sample_gradients)
 from presetlib.cluster import (  # noqa: E402,F401
     EXECUTORS, ClusterRunner, read_job_files, run_job)
 from presetlib.cluster import executor as cluster_executor  # noqa: E402

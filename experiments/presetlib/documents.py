@@ -6,8 +6,9 @@ import shlex
 
 import fedjax_drift
 from fedjax_drift import stats, tables
+from presetlib.datasizes import train_sizes
 from presetlib.estimates import (ACCELERATORS, CPU_GFLOPS, EFFICIENCY, accelerator_estimate,
-                                 estimate)
+                                 cost_key, estimate)
 from presetlib.loading import EXPERIMENTS, PRESETS, ROOT
 from presetlib.plans import configs, pending, plan
 from presetlib.tiers import (CPU_CLIENTS, CPU_DROP, CPU_SEEDS, CPU_WHY, NO_SPLIT, SELECTION,
@@ -100,7 +101,7 @@ def work_line(name, mode, rounds=None, seeds=None):
 
 
 def gpu_line(name, mode, rounds=None, seeds=None):
-  """' On one GPU ...': the mode's live runs on one A100 and one H100 (estimates.py)."""
+  """' On one GPU ...': the mode's live runs on one A100, H100 or H200 (estimates.py)."""
   hours, unknown = accelerator_estimate(name, mode, rounds=rounds, seeds=seeds)
   missing = ', '.join(f'{m} on {d}' for m, d in unknown)
   if not any(h for table in hours.values() for h in table.values()):
@@ -115,7 +116,21 @@ def gpu_line(name, mode, rounds=None, seeds=None):
   missing = f' Not counted (no cost measured): {missing}.' if unknown else ''
   return (f' On one GPU at an assumed {EFFICIENCY:.0%} of its peak FLOP/s and HBM bandwidth: '
           f'{"; ".join(parts)}; from XLA\'s FLOPs and bytes for each model\'s training step '
-          f'(experiments/presetlib/estimates.py: the roofline of the two, not measured).{missing}')
+          f'(experiments/presetlib/estimates.py: the roofline of the two, not measured).{missing}'
+          + priced_line(name, mode, rounds, seeds))
+
+
+def priced_line(name, mode, rounds=None, seeds=None):
+  """' Priced at ...': each (model, input, training set) the mode's live runs are priced
+  at, from their resolved values (estimates.cost_key, datasizes.train_sizes)."""
+  seen = {}
+  for _, _, c in configs(name, mode, rounds=rounds, seeds=seeds):
+    model, shape, _ = cost_key(c)
+    sizes = train_sizes(c)
+    seen.setdefault((model, 'x'.join(map(str, shape or ('?',))), c.dataset,
+                     f'{sum(sizes):,.0f}' if sizes else 'unknown'), None)
+  return ' Priced at: ' + '; '.join(f'{m} on {s} {d} ({n} training examples)'
+                                    for m, s, d, n in seen) + '.' if seen else ''
 
 
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(fedjax_drift.Config)}

@@ -3,6 +3,7 @@
 `full` is the paper's set-up; `short` cuts what the preset's `short` entry lists; `cpu` moves
 every preset by one rule (cpu_values, CPU_WHY) to the embedded data with a small model.
 """
+from presetlib import datasizes
 from presetlib.loading import PRESETS
 
 # Selection on held-out data (issue 22), for every preset unless its table sets these: 10% of
@@ -65,10 +66,10 @@ CPU_LEFT_OUT = {'ag_news': 'text (AG News) has no CPU stand-in in the embedded d
 CPU_DROP = ('augment_pad', 'augment_degrees', 'normalize_mean', 'normalize_std', 'gn_groups',
             'gn_group_size', 'cifar100_labels', 'emnist_split')
 NO_SPLIT = 'stateless long-tail clients draw from the whole training set'
-# Official training-set sizes; FedBN's digit and DomainNet subsets are their own (unknown here).
-# The cpu tier scales populations by them; estimates.py counts client examples with them.
-TRAIN_SIZE = {'cifar10': 50_000, 'cifar100': 50_000, 'tiny_imagenet': 100_000,
-              'emnist': 697_932, 'embedded': 6_000, 'ag_news': 120_000, 'sst5': 8_544}
+# Whole training sets (every domain and part), from datasizes.TRAIN_SETS, the one table of
+# sizes with their sources. The cpu tier scales populations by them; estimates.py counts a
+# run's client examples with datasizes.client_sizes (its own parts, split and clients).
+TRAIN_SIZE = {name: datasizes.total(name) for name in datasizes.TRAIN_SETS}
 
 
 # Scenario entries that say how its table reports the runs, not how they run (no Config
