@@ -59,7 +59,7 @@ def read_run_dir(run_dir) -> dict:
                    'best': _float(row['best_accuracy'])})
     except (KeyError, ValueError, TypeError) as e:
       raise UserError(f'{os.path.join(run_dir, "runs.csv")}: unexpected row ({e!r})') from None
-  curves = {}
+  curves, evals = {}, {}
   for row in _read_csv(os.path.join(run_dir, 'metrics.csv')):
     try:
       point = int(row['run']), int(row['round']), _float(row['test_accuracy'])
@@ -68,6 +68,19 @@ def read_run_dir(run_dir) -> dict:
     rounds, accs = curves.setdefault(point[0], ([], []))
     rounds.append(point[1])
     accs.append(point[2])
+    evals.setdefault(point[0], []).append(row)
+  recorded = results.recorded_warnings(run_dir)
+  for r in runs:
+    if r['status'] != 'ok':
+      r['warnings'] = []
+    elif r['run'] in recorded:
+      r['warnings'] = recorded[r['run']]
+    else:  # a run directory written before summary.json kept them: the same checks
+      rows = evals.get(r['run'], [])
+      r['warnings'] = results.sanity_warnings(
+          [int(x['round']) for x in rows], [_float(x['test_accuracy']) for x in rows],
+          [_float(x.get('test_loss')) for x in rows],
+          [_float(x['val_accuracy']) for x in rows if x.get('val_accuracy') not in (None, '')])
   return {'dir': run_dir, 'algo': config.get('algo', '?'), 'dataset': config.get('dataset', '?'),
           'model': config.get('model', '?'), 'rounds': config.get('rounds', '?'),
           'runs': runs, 'curves': curves}
@@ -108,6 +121,8 @@ def groups(dirs: list) -> list:
                    'diverged': len(mine) - len(ok),
                    **_stats('final_accuracy', [r['final'] for r in ok]),
                    **_stats('best_accuracy', [r['best'] for r in ok]),
+                   'warnings': '; '.join(f'run {r["run"]}: {w}' for r in ok
+                                         for w in r.get('warnings') or []),
                    '_runs': [r['run'] for r in ok], '_curves': d['curves']})
   return rows
 
@@ -147,10 +162,20 @@ def markdown(rows) -> str:
   lines += ['| ' + ' | '.join(heads) + ' |', '|' + '---|' * len(heads)]
   for r in rows:
     seeds = f'{r["seeds"]}' + (f' ({r["diverged"]} diverged)' if r['diverged'] else '')
-    cells = [r['run_dir'], r['algo']] + [str(r.get(k)) for k in extra] + [
+    cells = [r['run_dir'] + (f' {MARK}' if r.get('warnings') else ''), r['algo']] + [
+        str(r.get(k)) for k in extra] + [
         r['grid_point'], seeds, _pct(r, 'final_accuracy'), _pct(r, 'best_accuracy')]
     lines.append('| ' + ' | '.join(cells) + ' |')
+  if any(r.get('warnings') for r in rows):
+    lines += ['', LEGEND]
   return '\n'.join(lines) + '\n'
+
+
+MARK = '⚠'
+LEGEND = (f'{MARK}: a run of this row failed a sanity check (validation or test accuracy exactly '
+          '0 or 1 at every evaluation, or a loss that never changes): see comparison.csv\'s '
+          'warnings column and the run directory\'s summary.json warnings. Its numbers are '
+          'shown, not refused.')
 
 
 def _pct(row, key):

@@ -163,7 +163,9 @@ def _summary(config, methods, configs, summaries, run_dir) -> dict:
           'num_runs': sum(s['num_runs'] for s in summaries.values()),
           'seeds': sorted({seed for s in summaries.values() for seed in s['seeds']}),
           'rounds': config.rounds, 'dataset': summaries[methods[0]]['dataset'],
-          'run_dir': run_dir, 'per_method': per_method, 'table': table}
+          'run_dir': run_dir, 'per_method': per_method, 'table': table,
+          'warnings': [f'--algo={m}: {w}' for m in methods
+                       for w in summaries[m].get('warnings') or []]}
 
 
 def _carried_means(runs, point) -> dict:

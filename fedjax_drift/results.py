@@ -16,6 +16,7 @@ Run directory (the same layout for one run and for many):
 
 This module never imports simulation.py (simulation imports it).
 """
+import json
 import math
 import os
 
@@ -123,6 +124,56 @@ def carried(round_rows, run, round_) -> dict:
   return {}
 
 
+def sanity_warnings(rounds, test_accuracy, test_loss, val_accuracy=None, train_loss=None):
+  """One line per sanity check one run fails (issue 43 item 5), [] when it passes them all:
+  its validation or test accuracy exactly 0 (or exactly 1) at every evaluation after round 0
+  (the initial model's round 0 when there is no other), its test loss the same at every
+  evaluation from round 0 on (two or more), or its training loss the same in every round
+  (two or more). These say a split, a label or a step is broken, not that a method is poor:
+  nothing is refused, the run's summary.json lists them, the run ends with one line, and
+  compare and the presets' tables mark its rows. rounds, test_accuracy, test_loss,
+  val_accuracy: one value per evaluation (metrics.csv's columns; val None or [] without a
+  split); train_loss: one value per round (rounds.csv's)."""
+  out = []
+  later = [i for i, t in enumerate(rounds) if t > 0] or list(range(len(rounds)))
+  span = (f'round {rounds[later[0]]}' if len(later) == 1
+          else f'{len(later)} evaluations, rounds {rounds[later[0]]}-{rounds[later[-1]]}')
+  for values, what in ((val_accuracy, 'validation accuracy'), (test_accuracy, 'test accuracy')):
+    values = [float(values[i]) for i in later] if values else []
+    for stuck in (0.0, 1.0):
+      if values and all(v == stuck for v in values):
+        out.append(f'{what} is exactly {stuck:g} at every evaluation ({span})')
+  losses = [float(v) for v in test_loss]
+  if len(losses) > 1 and all(v == losses[0] for v in losses):
+    out.append(f'test loss is {losses[0]:.6g} at every evaluation from round {rounds[0]} on '
+               f'({len(losses)}): the model does not change')
+  train = [float(v) for v in train_loss or ()]
+  if len(train) > 1 and all(v == train[0] for v in train):
+    out.append(f'training loss is {train[0]:.6g} in every round ({len(train)}) from the first')
+  return out
+
+
+def run_warnings(per_run, labels=None) -> list:
+  """summary.json's top-level 'warnings': each run's sanity_warnings, named by its run
+  (labels: {run: label}) when there are several."""
+  if len(per_run) == 1:
+    return list(per_run[0].get('warnings') or [])
+  return [f'run {r["run"]}' + (f' ({labels[r["run"]]})' if labels else '') + f': {w}'
+          for r in per_run for w in r.get('warnings') or []]
+
+
+def recorded_warnings(run_dir) -> dict:
+  """{run: its sanity_warnings} as the run directory's summary.json records them, for the
+  runs that do (a directory written before the checks: {}); {} without a readable one."""
+  try:
+    with open(os.path.join(run_dir, 'summary.json')) as f:
+      runs = json.load(f).get('runs', [])
+    return {int(r['run']): list(r['warnings']) for r in runs
+            if isinstance(r, dict) and isinstance(r.get('warnings'), list)}
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    return {}
+
+
 def run_summary(study, prog, spec) -> dict:
   """summary.json's entry (and runs.csv's row) of the run `spec`: seed, grid values, status
   and, from the host loop's record `prog` (its eval_rows, round_rows and diverged runs), the
@@ -154,6 +205,10 @@ def run_summary(study, prog, spec) -> dict:
     result['concept_shifts'] = shifts
     result['concept_shift'] = metrics.concept_shift_metrics(
         [r['round'] for r in rows], [r['test_accuracy'] for r in rows], shifts)
+  result['warnings'] = sanity_warnings(
+      [r['round'] for r in rows], [r['test_accuracy'] for r in rows],
+      [r['test_loss'] for r in rows], [r['val_accuracy'] for r in rows if 'val_accuracy' in r],
+      [r['train_loss'] for r in prog.round_rows if r['run'] == spec.index and 'train_loss' in r])
   return {**base, 'status': 'ok', 'diverged_round': None, 'diverged_client': None, **result}
 
 
@@ -251,6 +306,7 @@ def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
     out['selected'] = selected(cfg.resolved_select_on(), out['grid_points'])
   if len(study.runs) == 1:
     out.update({k: v for k, v in per_run[0].items() if k not in ('run', 'seed')})
+  out['warnings'] = run_warnings(per_run, {s.index: run_label(s) for s in study.runs})
   return out
 
 
@@ -408,6 +464,9 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
           f'{label(chosen["grid_point"], cfg.algo)}; its test last-10% mean {test["mean"]:.4f}'
           + (f' [{test["ci95"][0]:.4f}, {test["ci95"][1]:.4f}]' if test['ci95'] else ''))
     log(f'done: {len(per_run)} runs; {timing} -> {summary_["run_dir"]}')
+  if summary_.get('warnings'):  # one line, whatever the count: summary.json has them all
+    log(f'warning: sanity check{"s" * (len(summary_["warnings"]) > 1)} failed: '
+        + '; '.join(summary_['warnings']) + ' (summary.json warnings)')
   bad = [r for r in per_run if r['status'] == 'diverged']
   if bad and not ok:
     raise DivergenceError(_divergence_message(study, bad, summary_['run_dir']))

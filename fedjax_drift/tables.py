@@ -27,6 +27,12 @@ COLUMNS = ('final', 'best', 'best_half', 'last10')
 HEADERS = {'final': 'final', 'best': 'best', 'best_half': 'best by half budget',
            'last10': 'last-10% mean', 'at_best_val': 'at best validation',
            'avg_best': 'average best'}
+# The mark of a row whose chosen point has a run that failed a sanity check, and its legend.
+MARK = '⚠'
+LEGEND = (f'{MARK} after a method: a run of its chosen grid point failed a sanity check '
+          '(validation or test accuracy exactly 0 or 1 at every evaluation, or a loss that never '
+          'changes; results.json lists them under the row\'s warnings, each run\'s summary.json '
+          'too). Its numbers are shown, not refused.')
 # Metrics a preset may report that its tables show only then (FedFOR Table 5's average best).
 OPTIONAL = ('avg_best',)
 # The metrics.csv column a table's curves are read from, and what its cells then are.
@@ -42,6 +48,7 @@ class Run(NamedTuple):
   point: dict        # grid values
   curve: list        # [(round, test accuracy)], in round order
   val_curve: list    # [(round, validation accuracy)], [] without a validation split
+  warnings: tuple = ()  # results.sanity_warnings of the run: a table marks its row (MARK)
 
 
 def _csv(path):
@@ -59,7 +66,7 @@ def read_runs(run_dir, grid_names=(), seed=0, column='test_accuracy') -> list:
   info = {r['run']: r for r in _csv(os.path.join(run_dir, 'runs.csv'))}
   rows = ([{**info.get(r['run'], {}), **r} for r in metrics] if metrics and 'run' in metrics[0]
           else [dict(r, run='0', seed=str(seed)) for r in metrics])
-  out = {}
+  out, evals = {}, {}
   for r in rows:
     key = r.get('run', '0')
     if key not in out:
@@ -68,8 +75,23 @@ def read_runs(run_dir, grid_names=(), seed=0, column='test_accuracy') -> list:
     out[key].curve.append((int(r['round']), float(r[column])))
     if r.get('val_accuracy') not in (None, ''):
       out[key].val_curve.append((int(r['round']), float(r['val_accuracy'])))
-  return [run._replace(curve=sorted(run.curve), val_curve=sorted(run.val_curve))
-          for run in out.values()]
+    evals.setdefault(key, []).append(r)
+  recorded = results.recorded_warnings(run_dir)
+  return [run._replace(curve=sorted(run.curve), val_curve=sorted(run.val_curve),
+                       warnings=tuple(recorded.get(int(key), ()) if recorded
+                                      else _warnings(evals[key])))
+          for key, run in out.items()]
+
+
+def _warnings(rows):
+  """results.sanity_warnings of one run's metrics.csv rows (a directory whose summary.json
+  does not record them)."""
+  num = lambda x: float(x) if x not in (None, '') else math.nan  # noqa: E731
+  rows = sorted(rows, key=lambda r: int(r['round']))
+  return results.sanity_warnings(
+      [int(r['round']) for r in rows], [num(r.get('test_accuracy')) for r in rows],
+      [num(r.get('test_loss')) for r in rows],
+      [num(r['val_accuracy']) for r in rows if r.get('val_accuracy') not in (None, '')])
 
 
 def run_metrics(curve, rounds, target, at=(), half_round=None):
@@ -133,6 +155,9 @@ def summarise(runs, rounds, target, at=(), half_round=None):
                                  'mean': float(np.mean(reached)) if reached else None}
     if not all(ok):
       point['diverged'] = len(ok) - sum(ok)
+    warned = [f'seed {r.seed}: {w}' for r in mine for w in r.warnings]
+    if warned:  # results.sanity_warnings of its runs: the table marks the row
+      point['warnings'] = warned
     if has_val:
       vms = [run_metrics(r.val_curve, rounds, target, (), half_round) if good
              else _diverged_metrics() for r, good in zip(mine, ok)]
@@ -233,6 +258,8 @@ def markdown(results) -> str:
   if results.get('cuts'):
     lines += [f'Departures from the paper ({results["mode"]} mode): '
               + '; '.join(results['cuts']) + '.', '']
+  if any(r.get('warnings') for rows in results['scenarios'].values() for r in rows):
+    lines += [LEGEND, '']
   for scen, rows in results['scenarios'].items():
     lines += [f'#### {scen}', ''] + _results_rows(rows, metric)
     refs = results.get('references') or []
@@ -275,7 +302,8 @@ def _results_rows(rows, metric):
              else f'– ({rt["reached"]})')
     on_test = r.get('chosen_on_test', r['chosen'])
     same = on_test == r['chosen']
-    lines.append(f'| {r["method"]} | {_point(r["chosen"])} | {r.get("select_on", "test")} | '
+    lines.append(f'| {r["method"]}{f" {MARK}" if r.get("warnings") else ""} | '
+                 f'{_point(r["chosen"])} | {r.get("select_on", "test")} | '
                  f'{"same" if same else _point(on_test)} | {len(r["seeds"])}'
                  + (f' ({r["diverged"]} diverged)' if r.get('diverged') else '') + ' | '
                  + ' | '.join(_cell(r.get(k)) for k in cols) + f' | {reach} |'
