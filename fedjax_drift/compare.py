@@ -11,7 +11,8 @@ the 95% t-interval of the mean (results.seed_stats, as summary.json and the pres
 compute them) of the final and best test accuracy, over the seeds that did not diverge.
 Prints the markdown table and writes DIR/comparison.md, DIR/comparison.csv and
 DIR/comparison.png (mean test accuracy per round with a +-std band over seeds); DIR defaults
-to ./comparison.
+to ./comparison. A row with a run that failed a sanity check (summary.json's warnings,
+results.sanity_warnings) is marked with MARK, explained by a legend line under the table.
 """
 import argparse
 import csv

@@ -9,7 +9,8 @@ Run directory (the same layout for one run and for many):
   rounds.csv     one row per run and round: drift diagnostics (and algorithm diagnostics)
   shifts.csv     --scenario=concept_shift: one row per run and shift, with its recovery
   summary.json   per run and per grid point (mean +- std over the seeds that did not diverge);
-                 with one run, that run's metrics are also at the top level
+                 with one run, that run's metrics are also at the top level; warnings: the
+                 sanity checks a run failed (sanity_warnings)
   accuracy.png, drift.png, partition.png, checkpoints/, personalization.csv (calibrate)
   .fedjax-drift.json  the run's record (rundir.Record): run id, flags' hash, every entry the
                  run created there; --overwrite, --resume and clean-up touch only those
