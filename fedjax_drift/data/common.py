@@ -242,6 +242,58 @@ def npz_structure(path):
   return dict(out, groups=groups) if groups else out
 
 
+def check_examples(where, x=None, y=None, classes=0, value_range=None, stored='',
+                   clients=None):
+  """The readers' one check of one record as the file stores it, before any conversion (a
+  clip or a cast would hide what is wrong): y class indices 0..classes-1 (classes 0: any
+  integer >= 0; validate's stray-label check then judges the whole dataset), x finite and,
+  with value_range (lo, hi), inside the range the format defines (`stored` says it, e.g.
+  "FEMNIST's pixels are 0..1"), and as many labels as examples. A refusal is one UserError
+  naming `where` (the file and its client or record), the first bad example's index within
+  it and, with clients (one id per example), that example's client."""
+  def at(i):
+    who = f', client {clients[i]}' if clients is not None else ''
+    return f'{where}{who}, example {i}'
+  if x is not None and y is not None and len(x) != len(y):
+    raise UserError(f'{where}: {len(x)} examples but {len(y)} labels (a truncated or edited '
+                    'record?)')
+  if y is not None:
+    y = np.asarray(y)
+    if y.size and y.dtype.kind not in 'iuf':
+      raise UserError(f'{at(0)}: label {y.reshape(-1)[0]!r} is not a class index')
+    if y.size:
+      yf = y.astype(np.float64)
+      bad = ~np.isfinite(yf) | (yf != np.round(yf)) | (yf < 0)
+      if classes:
+        bad |= yf >= classes
+      if bad.any():
+        i = int(np.argmax(bad.reshape(len(y), -1).any(axis=1)))
+        label = y.reshape(len(y), -1)[i][0]
+        rule = (f'0..{classes - 1}, the dataset\'s {classes} classes' if classes else
+                'a class index 0..C-1')
+        raise UserError(f'{at(i)}: label {label:g} is outside {rule}'
+                        if y.dtype.kind == 'f' else f'{at(i)}: label {int(label)} is outside '
+                        f'{rule}')
+  if x is not None:
+    x = np.asarray(x)
+    if x.size and x.dtype.kind == 'f':
+      rows = x.reshape(len(x), -1)
+      finite = np.isfinite(rows)
+      if not finite.all():
+        i = int(np.argmax(~finite.all(axis=1)))
+        raise UserError(f'{at(i)}: holds NaN or infinite values')
+      if value_range is not None:
+        lo, hi = value_range
+        out = (rows < lo) | (rows > hi)
+        if out.any():
+          i = int(np.argmax(out.any(axis=1)))
+          v = rows[i][out[i]][0]
+          scaled = (' (scaled 0..255?)' if hi <= 1 and rows.max() > 1 and rows.max() <= 255
+                    else '')
+          raise UserError(f'{at(i)}: value {v:g} is outside {lo:g}..{hi:g}{scaled}'
+                          + (f' ({stored})' if stored else ''))
+
+
 def _finite_float32(name, split, x):
   """x as float32, checked finite after the cast: what the model sees (float64 beyond
   float32's range becomes inf)."""
@@ -251,7 +303,8 @@ def _finite_float32(name, split, x):
     why = ('NaN or infinite features' if not np.all(np.isfinite(x)) else
            f'features beyond float32\'s range (|x| > {np.finfo(np.float32).max:.3g}), which '
            'become infinite as float32')
-    raise UserError(f'{name}: {split} holds {why}')
+    first = int(np.argmax(~np.isfinite(cast.reshape(len(cast), -1)).all(axis=1)))
+    raise UserError(f'{name}: {split} holds {why} (first at example {first})')
   return cast
 
 

@@ -12,6 +12,7 @@ import tarfile
 
 import numpy as np
 
+from fedjax_drift.data import common
 from fedjax_drift.errors import UserError
 
 CIFAR10_CLASSES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse',
@@ -47,8 +48,17 @@ def _cifar_batch(raw, where):
     data, labels = batch[b'data'], batch[b'labels']
   except Exception as e:  # pylint: disable=broad-except
     raise UserError(f'{where} is not a CIFAR-10 python batch: {e}') from None
-  x = np.asarray(data, np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-  return np.ascontiguousarray(x), np.asarray(labels, np.int64)
+  try:
+    x = np.asarray(data, np.uint8)
+    labels = np.asarray(labels)
+  except (ValueError, TypeError) as e:
+    raise UserError(f'{where}: its data or labels are not arrays ({e})') from None
+  if x.ndim != 2 or x.shape[1] != 3 * 32 * 32:
+    raise UserError(f'{where}: data is {list(x.shape)}, not rows of 3072 bytes (32x32x3); '
+                    'a truncated or edited batch?')
+  common.check_examples(where, x, labels, classes=10)
+  x = x.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+  return np.ascontiguousarray(x), labels.astype(np.int64)
 
 
 def _cifar_batches(read, where):
@@ -133,7 +143,10 @@ def _read_libsvm_bz2(path, num_features=256):
         x[row, int(index) - 1] = float(value)
   except (ValueError, IndexError) as e:
     raise UserError(f'{path} line {row + 1} is not LIBSVM "label index:value" text: {e}') from None
-  return np.clip((x + 1) / 2, 0, 1).reshape(-1, 16, 16), y
+  # examples are lines: example i is line i + 1 (blank lines aside); labels 1..10 are 0..9 here
+  common.check_examples(f'{path} (labels 1..10)', x, y, classes=10, value_range=(-1.0, 1.0),
+                        stored='LIBSVM\'s USPS stores values in -1..1')
+  return ((x + 1) / 2).reshape(-1, 16, 16), y
 
 
 def read_usps_libsvm(train_path, test_path):
@@ -156,5 +169,11 @@ def read_usps_h5(path):
   except (OSError, KeyError) as e:
     raise UserError(f'cannot read {path} as USPS h5 (train/data, train/target, ...): {e}') from None
   x_train, y_train, x_test, y_test = arrays
+  for split, x, y in (('train', x_train, y_train), ('test', x_test, y_test)):
+    if x.ndim < 1 or x.size != len(x) * 256:
+      raise UserError(f'{path}: {split}/data is {list(x.shape)}, not rows of 256 values '
+                      '(16x16)')
+    common.check_examples(f'{path} {split}/', x, y, classes=10, value_range=(0.0, 1.0),
+                          stored='usps.h5 stores pixels as 0..1')
   return (x_train.astype(np.float32).reshape(-1, 16, 16), y_train.astype(np.int64),
           x_test.astype(np.float32).reshape(-1, 16, 16), y_test.astype(np.int64))

@@ -15,6 +15,7 @@ from fedjax_drift.data import common, formats
 from fedjax_drift.errors import UserError
 
 EMBEDDED_PATH = os.path.join(os.path.dirname(__file__), 'fashion_mnist_small.npz')
+IDX_CLASSES = 10  # MNIST's digits, Fashion-MNIST's ten kinds of clothing
 IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
              't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 
@@ -76,6 +77,11 @@ def read_idx_dir(data_dir):
       raise UserError(f'missing {p} (an MNIST-style --data_dir holds {", ".join(IDX_FILES)})')
   x_train, y_train = common.read_idx(paths[0], 3), common.read_idx(paths[1], 1)
   x_test, y_test = common.read_idx(paths[2], 3), common.read_idx(paths[3], 1)
+  for labels, images, y in ((paths[1], paths[0], y_train), (paths[3], paths[2], y_test)):
+    if len(y) != len(x_train if images == paths[0] else x_test):
+      raise UserError(f'{labels} holds {len(y)} labels but {images} holds '
+                      f'{len(x_train if images == paths[0] else x_test)} images')
+    common.check_examples(labels, y=y, classes=IDX_CLASSES)  # the pixels are uint8 0..255
   return x_train[..., None], y_train, x_test[..., None], y_test
 
 

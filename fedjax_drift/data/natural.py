@@ -47,7 +47,7 @@ import numpy as np
 from PIL import Image
 
 from fedjax_drift.data import common, hubfiles, stackoverflow
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, first_line
 
 try:  # optional: only TFF's h5 files need it
   import h5py
@@ -65,6 +65,9 @@ HF_COLUMNS = {'femnist': ('writer_id', 'image', 'character'),
               'shakespeare': ('character_id', 'x', 'y')}
 TRAIN_FRACTION = 0.9  # LEAF's split_data.py default (--tf 0.9)
 SPLIT_SEED = 0  # the one-split hub folders' per-client split: fixed, so every run tests alike
+FEMNIST_CLASSES = 62  # 10 digits, 26 upper- and 26 lower-case letters
+# What FEMNIST's float files store (TFF's h5 and LEAF's JSON), for the range check's message.
+FEMNIST_PIXELS = 'FEMNIST\'s files store pixels as 0..1, 1.0 = background'
 
 # Character -> id in LETTERS; anything else -> the space's id (see the module docstring).
 _IDS = np.full(1 << 16, LETTERS.index(' '), np.int32)  # the Basic Multilingual Plane
@@ -107,8 +110,10 @@ def _need_h5py(path):
 
 
 def read_h5(path, fields, convert):
-  """A TFF h5 file -> {client_id: convert(client_id, {field: array})} of
-  examples/<client_id>/<field>, one client in memory at a time before its conversion."""
+  """A TFF h5 file -> {client_id: convert(where, {field: array})} of
+  examples/<client_id>/<field>, one client in memory at a time before its conversion; where
+  is 'PATH: client ID', for convert's refusals. A record that cannot be read or converted
+  is one UserError naming the file and the client."""
   _need_h5py(path)
   try:
     with h5py.File(path, 'r') as f:
@@ -121,16 +126,28 @@ def read_h5(path, fields, convert):
         if missing:
           raise UserError(f'{path}: client {cid} lacks {", ".join(missing)} (expected '
                           f'{", ".join(fields)})')
-        out[cid] = convert(cid, {k: group[k][()] for k in fields})
+        try:
+          out[cid] = convert(f'{path}: client {cid}', {k: group[k][()] for k in fields})
+        except UserError:
+          raise
+        except (OSError, ValueError, TypeError, IndexError, KeyError) as e:
+          # a corrupt record (h5py's read errors are OSErrors; a bad shape or byte string)
+          raise UserError(f'{path}: client {cid}: cannot read its record '
+                          f'({first_line(e)})') from None
       return out
+  except UserError:
+    raise
   except OSError as e:
-    raise UserError(f'cannot read {path} as h5: {e}') from None
+    raise UserError(f'cannot read {path} as h5: {first_line(e)}') from None
 
 
 def read_leaf_split(folder, convert):
-  """LEAF's split folder (train/ or test/) of *.json -> {user: convert(user, x, y)}, each
+  """LEAF's split folder (train/ or test/) of *.json -> {user: convert(where, x, y)}, each
   file's Python lists converted and dropped before the next file is read (LEAF's FEMNIST
-  holds tens of gigabytes as Python floats)."""
+  holds tens of gigabytes as Python floats); where is 'PATH: user ID', for convert's
+  refusals. A user whose num_samples is not the length of its y, or whose record cannot be
+  converted, is one UserError naming the file and the user. A user with no samples is kept
+  as an empty client, which `assemble` leaves out (the rule of every reader)."""
   names = sorted(n for n in os.listdir(folder) if n.endswith('.json')) if os.path.isdir(
       folder) else []
   if not names:
@@ -145,8 +162,20 @@ def read_leaf_split(folder, convert):
       raise UserError(f'cannot read {path} as LEAF JSON: {e}') from None
     try:
       data = raw['user_data']
-      for uid in raw['users']:
-        users[uid] = convert(uid, data[uid]['x'], data[uid]['y'])
+      counts = raw.get('num_samples')
+      counts = counts if isinstance(counts, list) and len(counts) == len(raw['users']) else None
+      for k, uid in enumerate(raw['users']):
+        x, y = data[uid]['x'], data[uid]['y']
+        where = f'{path}: user {uid}'
+        if counts is not None and counts[k] != len(y):
+          raise UserError(f'{where}: num_samples says {counts[k]} but y holds {len(y)} '
+                          'labels (a truncated or edited file?)')
+        try:
+          users[uid] = convert(where, x, y)
+        except UserError:
+          raise
+        except (ValueError, TypeError, IndexError, OverflowError) as e:
+          raise UserError(f'{where}: cannot read its record ({first_line(e)})') from None
     except (KeyError, TypeError) as e:
       raise UserError(f'{path} is not in LEAF\'s layout ({{"users", "num_samples", '
                       f'"user_data": {{uid: {{"x", "y"}}}}}}): missing {e}') from None
@@ -158,39 +187,70 @@ def _pixels_uint8(p):
   return np.clip(np.round(np.asarray(p, np.float64) * 255.0), 0, 255).astype(np.uint8)
 
 
+def femnist_examples(where, pixels, labels):
+  """One FEMNIST record as its file stores it (float pixels [n, 28, 28] or [n, 784] in 0..1,
+  labels 0..61) -> (uint8 [n, 28, 28, 1], labels [n]), checked first (common.check_examples:
+  labels, NaN, the 0..1 range) so that nothing wrong is clipped or cast away."""
+  pixels, labels = np.asarray(pixels), np.asarray(labels).reshape(-1)
+  if not len(labels) and not pixels.size:  # an empty client: `assemble` leaves it out
+    return np.zeros((0, 28, 28, 1), np.uint8), np.zeros(0, np.int64)
+  if pixels.dtype.kind not in 'iuf' or not (
+      (pixels.ndim == 3 and pixels.shape[1:] == (28, 28)) or
+      (pixels.ndim == 2 and pixels.shape[1] == 784)):
+    raise UserError(f'{where}: pixels are {pixels.dtype} {list(pixels.shape)}, not FEMNIST '
+                    'images (floats [n, 28, 28], or 784 floats each in LEAF\'s JSON)')
+  common.check_examples(where, pixels, labels, FEMNIST_CLASSES, (0.0, 1.0), FEMNIST_PIXELS)
+  return _pixels_uint8(pixels).reshape(-1, 28, 28, 1), labels.astype(np.int64)
+
+
 def femnist_h5(path):
   """One TFF FEMNIST file -> {writer: (uint8 [n, 28, 28, 1], labels [n])}."""
-  return read_h5(path, ('pixels', 'label'), lambda cid, d: (
-      _pixels_uint8(d['pixels']).reshape(-1, 28, 28, 1), np.asarray(d['label'], np.int64)))
+  return read_h5(path, ('pixels', 'label'),
+                 lambda where, d: femnist_examples(where, d['pixels'], d['label']))
 
 
 def femnist_leaf(folder):
   """One LEAF FEMNIST split folder -> {writer: (uint8 [n, 28, 28, 1], labels [n])}."""
-  def convert(uid, x, y):
+  def convert(where, x, y):
+    if not len(x) and not len(y):  # a user with no samples: an empty client
+      return femnist_examples(where, np.zeros((0, 784)), np.zeros(0, np.int64))
     try:
       x = np.asarray(x, np.float64)
     except (ValueError, TypeError):  # strings (LEAF's Shakespeare), ragged lists
       x = np.zeros(0)
     if x.ndim != 2 or x.shape[1] != 784:
-      raise UserError(f'{folder}: user {uid}\'s x are not FEMNIST images (784 floats each)')
-    return _pixels_uint8(x).reshape(-1, 28, 28, 1), np.asarray(y, np.int64)
+      raise UserError(f'{where}: x are not FEMNIST images (784 floats each)')
+    try:
+      y = np.asarray(y, np.float64)
+    except (ValueError, TypeError):
+      raise UserError(f'{where}: y are not class ids 0..{FEMNIST_CLASSES - 1}') from None
+    return femnist_examples(where, x, y)
   return read_leaf_split(folder, convert)
 
 
 def shakespeare_h5(path):
   """One TFF Shakespeare file -> {role: (ids [n, 80], next ids [n])} (LEAF's windows)."""
-  def convert(cid, d):
-    del cid
-    snippets = [s.decode('utf-8') if isinstance(s, bytes) else str(s) for s in d['snippets']]
+  def convert(where, d):
+    snippets = []
+    for k, s in enumerate(np.asarray(d['snippets']).reshape(-1)):
+      try:
+        snippets.append(s.decode('utf-8') if isinstance(s, bytes) else str(s))
+      except UnicodeDecodeError as e:
+        raise UserError(f'{where}, snippet {k}: not UTF-8 text ({e.reason} at byte '
+                        f'{e.start})') from None
     return windows(char_ids(leaf_text(snippets)))
   return read_h5(path, ('snippets',), convert)
 
 
 def shakespeare_leaf(folder):
   """One LEAF Shakespeare split folder -> {role: (ids [n, 80], next ids [n])}."""
-  def convert(uid, xs, ys):
-    if any(len(s) != SEQ_LEN for s in xs) or any(len(c) != 1 for c in ys):
-      raise UserError(f'{folder}: user {uid} is not LEAF Shakespeare (x: {SEQ_LEN}-character '
+  def convert(where, xs, ys):
+    if len(xs) != len(ys):
+      raise UserError(f'{where}: {len(xs)} x but {len(ys)} y (a truncated or edited file?)')
+    bad = next((k for k, (s, c) in enumerate(zip(xs, ys)) if not isinstance(s, str) or
+                not isinstance(c, str) or len(s) != SEQ_LEN or len(c) != 1), None)
+    if bad is not None:
+      raise UserError(f'{where}, example {bad}: not LEAF Shakespeare (x: {SEQ_LEN}-character '
                       'strings, y: one character each)')
     x = np.stack([char_ids(s) for s in xs]) if xs else np.zeros((0, SEQ_LEN), np.int32)
     return x, char_ids(''.join(ys))
@@ -246,10 +306,17 @@ def _grey(data, where):
 def femnist_table(table, where):
   """flwrlabs/femnist's columns -> (writer ids, uint8 [n, 28, 28, 1], labels [n])."""
   cols = hubfiles.columns(table, HF_COLUMNS['femnist'], where)
+  labels = cols['character']
+  if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in labels):
+    k = next(k for k, v in enumerate(labels) if not isinstance(v, (int, float)) or
+             isinstance(v, bool))
+    raise UserError(f'{where}, client {cols["writer_id"][k]}, row {k}: character '
+                    f'{labels[k]!r} is not a class id 0..{FEMNIST_CLASSES - 1}')
+  common.check_examples(where, y=np.asarray(labels, np.float64), classes=FEMNIST_CLASSES,
+                        clients=cols['writer_id'])
   pictures = hubfiles.image_bytes(cols['image'], where)
   x = np.stack([_grey(b, where) for b in pictures]) if pictures else np.zeros((0, 28, 28))
-  return cols['writer_id'], x[..., None].astype(np.uint8), np.asarray(cols['character'],
-                                                                      np.int64)
+  return cols['writer_id'], x[..., None].astype(np.uint8), np.asarray(labels, np.int64)
 
 
 def shakespeare_table(table, where):
@@ -393,16 +460,24 @@ def read_folder(name, folder):
 
 
 def hf_kind(folder):
-  """'femnist' or 'shakespeare' when the first data file below a Hugging Face folder has
-  flwrlabs' columns for it (read from its schema or header); else None."""
+  """'femnist' or 'shakespeare' when the first readable data file below a Hugging Face folder
+  has flwrlabs' columns for it (read from its schema or header); else None. A folder whose
+  data files are all unreadable (a truncated first shard of one) is a UserError naming the
+  first of them; a later shard that is unreadable is named when the split is read."""
   if hubfiles.pa is None:
     return None
-  files = hubfiles.data_files(folder)
-  try:
-    names = set(hubfiles.column_names(files[0])) if files else set()
-  except (OSError, ValueError, UnicodeDecodeError):  # not a readable data file: not ours
-    return None
-  return next((k for k, cols in HF_COLUMNS.items() if set(cols) <= names), None)
+  failed = None
+  for path in hubfiles.data_files(folder):  # the first readable file tells
+    try:
+      names = set(hubfiles.column_names(path))
+    except (OSError, ValueError, UnicodeDecodeError) as e:  # a truncated shard, say
+      failed = failed or (path, e)
+      continue
+    return next((k for k, cols in HF_COLUMNS.items() if set(cols) <= names), None)
+  if failed:  # files, none readable: say which, rather than "found no dataset files"
+    raise UserError(f'cannot read {failed[0]}: {first_line(failed[1])} (a truncated or '
+                    'partial download? fetch that file again)')
+  return None
 
 
 def found_in(dirpath, files, subdirs):
@@ -463,7 +538,7 @@ common.register_dataset(
     'femnist', 'FEMNIST by writer (62 classes, 28x28): TFF\'s fed_emnist_{train,test}.h5, '
     'LEAF\'s train/ + test/ JSON, a Hugging Face folder (flwrlabs/femnist), or imported; '
     'group column writer', load, importable=True, shared=_SHARED,
-    folder_files=_folder_files, model='cnn_emnist')
+    folder_files=_folder_files, model='cnn_emnist', classes=FEMNIST_CLASSES)
 common.register_dataset(
     'shakespeare', 'Shakespeare by speaking role, LEAF\'s next-character task (80 symbols): '
     'TFF\'s shakespeare_{train,test}.h5, LEAF\'s JSON, a Hugging Face folder '
