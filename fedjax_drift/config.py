@@ -475,12 +475,17 @@ class Config:
   eval_protocol: str = _f('auto', 'global: the global model on the whole test set; fedbn: '
                           'each client\'s own model (global weights + its local BatchNorm '
                           'layers) on its own test split, accuracy = the mean over domains '
-                          '(FedBN); local: --algo=local_only\'s clients\' own models on their '
-                          'own test splits, accuracy = the mean over clients; auto = local for '
-                          'local_only, fedbn when BatchNorm stays local and clients have '
-                          'test splits (--partition=domains or --test_partition=like_train), '
-                          'else global. With test splits every protocol also reports the mean, '
-                          'std and worst per-client accuracy (metrics.csv client_*)',
+                          '(FedBN); local: a personalised method\'s (local_only, ditto, '
+                          'fedrep, pfedme, apfl) clients\' own models on their own test '
+                          'splits, accuracy = the mean over clients; auto = local for the '
+                          'personalised methods (refused without client test splits: pass '
+                          '--test_partition=like_train, or --eval_protocol=global to score '
+                          'their global model), fedbn when BatchNorm stays local and clients '
+                          'have test splits (--partition=domains or --test_partition='
+                          'like_train), else global. The run, summary.json and an algo: '
+                          'grid\'s table.csv name the scored model (scored_model). With test '
+                          'splits every protocol also reports the mean, std and worst '
+                          'per-client accuracy (metrics.csv client_*)',
                           ('auto', 'global', 'fedbn', 'local'), group='output')
   select_on: str = _f('auto', 'how a --grid sweep picks its point (summary.json selected): '
                       'by the validation split\'s accuracy (needs --val_fraction or '

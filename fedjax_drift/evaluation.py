@@ -42,6 +42,18 @@ from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
 
 PROTOCOLS = ('auto', 'global', 'fedbn', 'local')
+# Which model a protocol's numbers are for: summary.json's and table.csv's scored_model, and
+# the run's `evaluation:` line (scored_words).
+SCORED = {'global': 'global', 'fedbn': 'client_bn', 'local': 'personal'}
+SCORED_WORDS = {'global': 'the global model on the whole test set',
+                'client_bn': 'each client\'s own model (the global weights with its own '
+                             'BatchNorm layers) on its own test split',
+                'personal': 'each client\'s own personal model on its own test split'}
+
+
+def scored_model(protocol) -> str:
+  """'global', 'client_bn' or 'personal': the model a resolved protocol's numbers are for."""
+  return SCORED[protocol]
 
 # metrics.csv columns from clients' own test splits (CLIENT_COLUMNS[:3] with any protocol when
 # clients have test splits; the last with --eval_protocol=local).
@@ -75,6 +87,14 @@ def resolve(eval_protocol, algo, recipe, partition, test_partition) -> str:
                     '--partition=domains or --test_partition=like_train')
   if only_local:
     return 'local'
+  if eval_protocol == 'auto' and personal and not has_splits:
+    # the global model of a personalised method is not what its clients use (FedRep's keeps
+    # an untrained head, Ditto's and APFL's are FedAvg's): refused rather than scored quietly
+    raise UserError(f'--algo={algo} keeps a model per client, and without per-client test '
+                    'splits only its global model could be scored (not what its clients '
+                    'use); pass --test_partition=like_train (or --partition=domains) to score '
+                    'each client\'s own model on its own test split, or --eval_protocol=global '
+                    'to score the global model')
   if eval_protocol == 'auto':
     if personal and has_splits:
       return 'local'

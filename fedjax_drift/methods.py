@@ -96,6 +96,7 @@ def run_all(config: Config, log, run_one) -> dict:
       log(f'--grid: --algo={m} does not read {", ".join(skipped)}; its runs leave that '
           'axis out')
     c.validate()
+    study.eval_protocol(c)  # a method that cannot be scored as asked: before any method runs
   distributed.barrier('methods outputs checked')  # before process 0 creates anything there
   record = _open(config, run_dir, methods, files, log) if writer else None
   distributed.barrier('methods run directory written')  # its config.json admits the methods
@@ -144,13 +145,15 @@ def _summary(config, methods, configs, summaries, run_dir) -> dict:
   for m, c in zip(methods, configs):
     s = summaries[m]
     chosen = results.selected(select_on, s['grid_points'])
-    per_method[m] = {'run_dir': c.out, 'grid': s['grid'], 'weighting': s['weighting'],
+    per_method[m] = {'run_dir': c.out, 'scored_model': s.get('scored_model', ''),
+                     'grid': s['grid'], 'weighting': s['weighting'],
                      'num_runs': s['num_runs'], 'grid_points': s['grid_points'],
                      'selected': chosen}
     point = next((g for g in s['grid_points'] if g['grid_point'] == chosen['grid_point']),
                  None)
-    row = {AXIS: m, 'grid_point': ' '.join(f'{k}={v:g}' for k, v in
-                                            (chosen['grid_point'] or {}).items()),
+    row = {AXIS: m, 'scored_model': s.get('scored_model', ''),  # global or personal
+           'grid_point': ' '.join(f'{k}={v:g}' for k, v in
+                                  (chosen['grid_point'] or {}).items()),
            'seeds': point['seeds'] if point else 0,
            'diverged': point['diverged'] if point else s['num_runs']}
     for key in TABLE_STATS:
@@ -186,6 +189,7 @@ def _log_table(table, run_dir, log):
   for row in table:
     mean = row['last10_mean_accuracy_mean']
     log(f'{row[AXIS]}: {row["grid_point"] or "(no grid)"} last-10% accuracy '
+        + (f'({row["scored_model"]} model) ' if row.get('scored_model') else '')
         + (f'{mean:.4f}' if mean is not None else 'n/a')
         + f' over {row["seeds"]} seed(s)')
   log(f'methods table -> {os.path.join(run_dir, "table.csv")}')

@@ -283,8 +283,13 @@ def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
   sent = communication_bytes(exp.algo.communication(exp.state.params), exp.state.server,
                              exp.state.params)
   comm = {k: v // 4 if v % 4 == 0 else v / 4 for k, v in sent.items()}  # float32 words
+  from fedjax_drift import evaluation  # pylint: disable=g-import-not-at-top
   out = {
       'algo': cfg.algo, 'dataset': exp.dataset.name, 'rounds': cfg.rounds,
+      # which model the accuracies are for (evaluation.SCORED): the global one, or each
+      # client's own (personal, or the global weights with its own BatchNorm layers)
+      'eval_protocol': compiled.evaluate.protocol,
+      'scored_model': evaluation.scored_model(compiled.evaluate.protocol),
       'weighting': algorithms.weighting(cfg),
       'weighting_source': algorithms.weighting_source(cfg), 'num_runs': len(study.runs),
       'seeds': sorted({s.seed for s in study.runs}),

@@ -301,6 +301,7 @@ def _resolved_config(study, run_dir, fingerprint):
       'beta_local': exp.config.beta_local, 'beta_global': exp.config.beta_global,
       'backend': jax.default_backend(), 'jax_version': jax.__version__,
       'eval_protocol': eval_protocol(exp.config),
+      'scored_model': evaluation.scored_model(eval_protocol(exp.config)),
       'domain_columns': evaluation.domain_columns(exp.dataset),
       'inputs': fingerprint, 'normalization': _normalization(exp)})
   return resolved
@@ -356,15 +357,18 @@ def _log_header(study, compiled, run_dir, log):
       parts.append('a dropout key per local step')
     log('inputs: ' + '; '.join(parts))
   ev = compiled.evaluate
+  scored = evaluation.scored_model(ev.protocol)
   if ev.protocol == 'local':
-    log('evaluation: --eval_protocol=local (each client\'s own model on its own test split, '
-        'accuracy = the mean over clients; global_test_mean_accuracy = their mean on the '
-        'whole test set)')
-  elif ev.protocol == 'fedbn' or ev.columns:
-    log(f'evaluation: --eval_protocol={ev.protocol} ('
+    log(f'evaluation: scored_model={scored}, --eval_protocol=local (each client\'s own model '
+        'on its own test split, accuracy = the mean over clients; global_test_mean_accuracy '
+        '= their mean on the whole test set)')
+  else:  # every run says which model its numbers are for (issue 45 item 3)
+    personal = algorithms.recipe(cfg).personal
+    log(f'evaluation: scored_model={scored}, --eval_protocol={ev.protocol} ('
         + ('each client\'s own model on its own test split, accuracy = the mean over domains'
            if ev.protocol == 'fedbn' else 'the global model on the whole test set')
-        + (f'; per domain: {", ".join(ev.columns)}' if ev.columns else '') + ')')
+        + (f'; per domain: {", ".join(ev.columns)}' if ev.columns else '') + ')'
+        + (f'; --algo={cfg.algo}\'s clients\' own models are not scored' if personal else ''))
   if exp.test_parts is not None and ev.protocol != 'local':
     log('per-client test splits: metrics.csv client_mean/std/worst_accuracy')
   available = preflight.available_memory()

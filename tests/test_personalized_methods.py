@@ -7,6 +7,8 @@ compiled engine round by round and, in lockstep, numpy fed with the same cohort 
 and compares the global model and every client's personal state after every round. Then: the
 reductions to FedAvg, the local evaluation protocol, --grid and --resume.
 """
+import json
+
 import chex
 import jax
 import numpy as np
@@ -25,7 +27,7 @@ LR = 0.1
 
 def make(tiny_npz, unequal_partition, algo, **overrides):
   base = dict(algo=algo, local_steps=0, local_epochs=1, batch_size=4, lr=LR,
-              clients_per_round=2)
+              clients_per_round=2, test_partition='like_train')
   base.update(overrides)
   return fedjax_drift.prepare(tiny_config(tiny_npz, unequal_partition, **base))
 
@@ -338,7 +340,14 @@ def test_protocol_local_for_personal_methods_and_refusals():
   for algo in ('ditto', 'fedrep', 'pfedme', 'apfl', 'local_only'):
     assert study.eval_protocol(fedjax_drift.Config(algo=algo, **base)) == 'local'
     assert algo in evaluation.personal_algorithms()
-  assert study.eval_protocol(fedjax_drift.Config(algo='ditto', dataset='embedded')) == 'global'
+  # without per-client test splits, auto refuses rather than score the global model quietly
+  # (issue 45 item 3); --eval_protocol=global asks for it by name
+  for algo in ('ditto', 'fedrep', 'pfedme', 'apfl'):
+    with pytest.raises(UserError, match=f'--algo={algo} keeps a model per client.*'
+                       '--test_partition=like_train.*--eval_protocol=global'):
+      study.eval_protocol(fedjax_drift.Config(algo=algo, dataset='embedded'))
+    assert study.eval_protocol(fedjax_drift.Config(algo=algo, dataset='embedded',
+                                                   eval_protocol='global')) == 'global'
   with pytest.raises(UserError, match='--eval_protocol=local.*--algo=fedavg'):
     study.eval_protocol(fedjax_drift.Config(algo='fedavg', eval_protocol='local', **base))
   with pytest.raises(UserError, match='--test_partition=like_train'):
@@ -346,8 +355,7 @@ def test_protocol_local_for_personal_methods_and_refusals():
                                             dataset='embedded'))
   with pytest.raises(UserError, match='--local_terms=prox does not combine with --algo=apfl'):
     fedjax_drift.prepare(fedjax_drift.Config(algo='apfl', local_terms='prox', model='logreg',
-                                             dataset='embedded', num_clients=4,
-                                             clients_per_round=2))
+                                             num_clients=4, clients_per_round=2, **base))
 
 
 LOCAL = dict(test_partition='like_train', model='logreg')
@@ -397,3 +405,38 @@ def test_vmap_equals_sequential(tiny_npz, unequal_partition, algo, kw):
                            **kw)[1])
   chex.assert_trees_all_close(out[0].params, out[1].params, atol=1e-5, rtol=1e-5)
   chex.assert_trees_all_close(out[0].clients, out[1].clients, atol=1e-5, rtol=1e-5)
+
+
+def test_an_algo_grid_scores_personal_methods_by_their_own_models_and_says_so(
+    tiny_npz, unequal_partition, tmp_path):
+  """Issue 45 item 3: in --grid='algo:...' a personalised method's number is its clients' own
+  models' (not the global model's, FedAvg's for Ditto), and the run's output, table.csv and
+  summary.json say which model each number is for."""
+  lines = []
+  config = tiny_config(tiny_npz, unequal_partition, grid='algo:fedavg,ditto', rounds=2,
+                       clients_per_round=2, test_partition='like_train', ditto_lambda=0.0,
+                       out=str(tmp_path / 'grid'))
+  summary = fedjax_drift.run(config, log=lines.append)
+  table = {r['algo']: r for r in csv_rows(tmp_path / 'grid' / 'table.csv')}
+  assert table['fedavg']['scored_model'] == 'global'
+  assert table['ditto']['scored_model'] == 'personal'
+  assert summary['per_method']['ditto']['scored_model'] == 'personal'
+  inner = {m: json.loads((tmp_path / 'grid' / m / 'summary.json').read_text())
+           for m in ('fedavg', 'ditto')}
+  assert inner['fedavg']['scored_model'] == 'global'
+  assert inner['ditto']['scored_model'] == 'personal'
+  assert inner['ditto']['eval_protocol'] == 'local'
+  said = [line for line in lines if line.startswith('evaluation: scored_model=')]
+  assert len(said) == 2 and said[0].startswith('evaluation: scored_model=global,') and \
+      said[1].startswith('evaluation: scored_model=personal,'), said
+  assert any(line.startswith('ditto: ') and '(personal model)' in line for line in lines), \
+      lines
+
+
+def test_an_algo_grid_without_client_test_splits_is_refused_before_any_method_runs(
+    tiny_npz, unequal_partition, tmp_path):
+  config = tiny_config(tiny_npz, unequal_partition, grid='algo:fedavg,fedrep', rounds=1,
+                       out=str(tmp_path / 'grid'))
+  with pytest.raises(UserError, match='--algo=fedrep keeps a model per client'):
+    fedjax_drift.run(config, **QUIET)
+  assert not (tmp_path / 'grid' / 'fedavg').exists()
