@@ -34,20 +34,23 @@ CHILD = ('import atexit, resource, runpy, sys; '
          'sys.argv = ["run.py"] + sys.argv[1:]; runpy.run_path({run!r}, run_name="__main__")')
 
 
-def one_run(out):
-  """Runs the default command into `out`; returns its measurements."""
+def one_run(out, extra=()):
+  """Runs the default command into `out` (`extra`: flags added to it); returns its
+  measurements."""
   load = round(os.getloadavg()[0], 2)
   start = time.perf_counter()
   stamps = []  # (seconds since start, line) of the run's console lines (stdout)
   with tempfile.TemporaryFile('w+') as err:  # the progress bar: a file, never a full pipe
     child = subprocess.Popen([sys.executable, '-c', CHILD.format(run=os.path.join(
-        ROOT, 'experiments', 'run.py')), f'--out={out}', '--compile_cache=off'],  # a first run
+        ROOT, 'experiments', 'run.py')), f'--out={out}', '--compile_cache=off',  # a first run
+                              *extra],
                              stdout=subprocess.PIPE, stderr=err, text=True,
                              env=dict(os.environ, PYTHONUNBUFFERED='1'))  # lines as printed
     for line in child.stdout:
       stamps.append((time.perf_counter() - start, line))
     if child.wait():
-      raise subprocess.CalledProcessError(child.returncode, child.args)
+      err.seek(0)
+      raise subprocess.CalledProcessError(child.returncode, child.args, stderr=err.read()[-3000:])
     wall = time.perf_counter() - start
     err.seek(0)
     peak = int(err.read().rsplit('PEAK_RSS_KB=', 1)[1].split()[0])

@@ -17,7 +17,11 @@ import shutil
 import tempfile
 
 import jax
-from jax.experimental.compilation_cache import compilation_cache
+
+try:  # public (jax.experimental); guarded: an experimental module may move in a later jax
+  from jax.experimental.compilation_cache import compilation_cache as _jax_cache
+except ImportError:  # pragma: no cover - then the directory is set through jax.config alone
+  _jax_cache = None
 
 from fedjax_drift.data import common
 
@@ -74,10 +78,19 @@ def use(setting, log=print):
     jax.config.update('jax_enable_compilation_cache', False)
     return None
   if jax.config.jax_compilation_cache_dir != path or not jax.config.jax_enable_compilation_cache:
-    compilation_cache.reset_cache()
+    _reset_jax_cache()
     jax.config.update('jax_enable_compilation_cache', True)
     jax.config.update('jax_compilation_cache_max_size', MAX_BYTES)
     jax.config.update('jax_persistent_cache_min_compile_time_secs', MIN_COMPILE_S)
     jax.config.update('jax_persistent_cache_min_entry_size_bytes', -1)  # any size
-    compilation_cache.set_cache_dir(path)
+    jax.config.update('jax_compilation_cache_dir', path)  # what set_cache_dir does
   return path
+
+
+def _reset_jax_cache():
+  """Closes the cache JAX opened, so that the next compilation opens the new directory
+  (jax.experimental.compilation_cache's reset_cache; without it, a jax that lacks it keeps
+  the first directory it opened for the process: one directory per process, the usual case)."""
+  reset = getattr(_jax_cache, 'reset_cache', None)
+  if reset is not None:
+    reset()

@@ -236,9 +236,10 @@ def agree(config):
   the flag (a run whose processes disagree would train another model than config.json says).
   """
   import json  # pylint: disable=g-import-not-at-top
-  from jax._src import distributed as jax_distributed  # pylint: disable=g-import-not-at-top
-  client = jax_distributed.global_state.client
+  client = _kv_client()
   if client is None:
+    if active():  # a jax without the private client: the same check, less precise
+      _agree_by_digest(json.dumps(_flags(config), default=str, sort_keys=True))
     return
   _agreements[0] += 1
   prefix, me = f'fedjax_drift/flags/{_agreements[0]}/', jax.process_index()
@@ -259,6 +260,30 @@ def agree(config):
       raise UserError(f'--{name} differs between processes ({mine[name]!r} on process {me}, '
                       f'{theirs.get(name)!r} on process {other}); every process of a run '
                       'needs the same flags except --process_id')
+
+
+def _kv_client():
+  """jax.distributed's key-value store client, or None (not initialised, or a jax whose
+  private module moved: JAX has no public handle on it; docs/design.md lists this use)."""
+  try:
+    from jax._src import distributed as jax_distributed  # pylint: disable=g-import-not-at-top
+    return jax_distributed.global_state.client
+  except (ImportError, AttributeError):
+    return None
+
+
+def _agree_by_digest(text):
+  """`agree`'s fallback on public API only: every process's SHA-256 of its flags, gathered
+  (multihost_utils.process_allgather); a difference is one UserError naming the process but
+  not the flag (the digest does not say which)."""
+  import hashlib  # pylint: disable=g-import-not-at-top
+  mine = np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint8)
+  every = np.asarray(multihost_utils.process_allgather(mine))
+  for other, theirs in enumerate(every.reshape(-1, mine.size)):
+    if not np.array_equal(theirs, mine):
+      raise UserError(f'the flags differ between process {jax.process_index()} and process '
+                      f'{other}; every process of a run needs the same flags except '
+                      '--process_id')
 
 
 def active() -> bool:

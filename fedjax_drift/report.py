@@ -134,6 +134,28 @@ def _figure(width, height, panels=1, right=0.2):
   return fig, fig.subplots(1, panels, squeeze=False)[0]
 
 
+@functools.lru_cache(maxsize=None)
+def _plotting() -> bool:
+  """Whether matplotlib imports. Without it (a bare accelerator image: it is a dependency,
+  yet may be absent where the package runs from a checkout) every plot is skipped with one
+  warning line per process, and the run's other files are written as usual."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    import sys  # pylint: disable=g-import-not-at-top
+    print('warning: matplotlib is not installed: no plots (*.png) are written', file=sys.stderr)
+    return False
+  return True
+
+
+def _if_plotting(plot):
+  """`plot` that does nothing where matplotlib is absent (_plotting)."""
+  @functools.wraps(plot)
+  def wrapper(*args, **kwargs):
+    return plot(*args, **kwargs) if _plotting() else None
+  return wrapper
+
+
 def _png(fig) -> bytes:
   buf = io.BytesIO()
   fig.savefig(buf, format='png', dpi=110)
@@ -144,6 +166,7 @@ def _save(fig, path):
   atomic_write(path, _png(fig))
 
 
+@_if_plotting
 def plot_accuracy(path, rounds, accuracies, best, title, marks=()):
   """Accuracy and best-so-far curves; `marks`: rounds to draw as vertical lines (the rounds
   at whose start a concept shift happened)."""
@@ -160,6 +183,7 @@ def plot_accuracy(path, rounds, accuracies, best, title, marks=()):
   _save(fig, path)
 
 
+@_if_plotting
 def plot_partition(path, label_hist, title, max_clients=100):
   """Stacked bars: each client's label counts (the first max_clients clients)."""
   hist = np.ascontiguousarray(np.asarray(label_hist)[:max_clients])
@@ -204,6 +228,7 @@ DRIFT_COLUMNS = {
 }
 
 
+@_if_plotting
 def plot_drift(path, rows):
   """The per-round training loss and drift diagnostics from rounds.csv, one panel each."""
   keys = [k for k in DRIFT_COLUMNS if rows and k in rows[0]]
@@ -219,6 +244,7 @@ def plot_drift(path, rows):
   _save(fig, path)
 
 
+@_if_plotting
 def plot_mean_curves(path, curves, title, ylabel='test accuracy (mean ± std over seeds)'):
   """curves: {label: (rounds, mean, std)}; one line with a ±std band each."""
   fig, (ax,) = _figure(6, 4)

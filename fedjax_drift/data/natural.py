@@ -44,7 +44,6 @@ import os
 import re
 
 import numpy as np
-from PIL import Image
 
 from fedjax_drift.data import common, hubfiles, stackoverflow
 from fedjax_drift.errors import UserError, first_line
@@ -294,6 +293,7 @@ def leaf_split(clients, temporal, rng):
 def _grey(data, where):
   """Encoded image bytes -> uint8 [28, 28] (the PNG's own grey values)."""
   try:
+    from PIL import Image  # pylint: disable=g-import-not-at-top  (only hub images need it)
     image = np.asarray(Image.open(io.BytesIO(data)).convert('L'))
   except OSError as e:
     raise UserError(f'{where}: an image does not decode ({e})') from None
