@@ -11,15 +11,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, 'benchmarks', 'gpu_check.py')
 
 
-def _call(*flags, timeout=900):
-  env = dict(os.environ, PYTHONPATH=ROOT)  # as on the device: the working tree, no install
+def _call(*flags, timeout=900, **env_vars):
+  env = dict(os.environ, PYTHONPATH=ROOT, **env_vars)  # as on the device: the working tree
   env.pop('OUT', None)
   return subprocess.run([sys.executable, SCRIPT, *flags], capture_output=True, text=True,
                         cwd=ROOT, env=env, timeout=timeout)
 
 
 def test_without_a_gpu_the_smoke_check_stops_the_call_with_one_screen(tmp_path):
-  done = _call(f'--out={tmp_path}', '--sections=rounds', timeout=300)
+  done = _call(f'--out={tmp_path}', '--sections=rounds', timeout=300,
+               JAX_PLATFORMS='cpu')  # no GPU, even on a machine that has one
   assert done.returncode == 1, done.stderr[-2000:]
   assert 'the smoke check FAILED' in done.stdout and 'not on a GPU' in done.stdout
   assert len(done.stdout.splitlines()) < 50  # one screen
