@@ -24,7 +24,7 @@ import os
 import jax
 import numpy as np
 
-from fedjax_drift import algorithms, metrics, personalize, report, stats, tensorboard
+from fedjax_drift import algorithms, evaluation, metrics, personalize, report, stats, tensorboard
 from fedjax_drift.data import federated
 from fedjax_drift.errors import DivergenceError
 
@@ -283,7 +283,6 @@ def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
   sent = communication_bytes(exp.algo.communication(exp.state.params), exp.state.server,
                              exp.state.params)
   comm = {k: v // 4 if v % 4 == 0 else v / 4 for k, v in sent.items()}  # float32 words
-  from fedjax_drift import evaluation  # pylint: disable=g-import-not-at-top
   out = {
       'algo': cfg.algo, 'dataset': exp.dataset.name, 'rounds': cfg.rounds,
       # which model the accuracies are for (evaluation.SCORED): the global one, or each

@@ -75,7 +75,8 @@ def test_summary_selects_through_the_path_simulation_uses():
   for config in (Config(rounds=ROUNDS), Config(rounds=ROUNDS, val_fraction=0.2)):
     study = types.SimpleNamespace(config=config, experiments=[exp], runs=_specs(per_run),
                                   width=6)
-    compiled = types.SimpleNamespace(compile_s=0.0, memory_bytes=0)
+    compiled = types.SimpleNamespace(compile_s=0.0, memory_bytes=0,
+                                     evaluate=types.SimpleNamespace(protocol='global'))
     summary = results.summary(study, per_run, '/nowhere', compiled, 1.0, 1.0)
     assert summary['selected']['select_on'] == config.resolved_select_on()
     assert summary['selected']['grid_point'] == KEEPS

@@ -42,18 +42,19 @@ SCALES = ('paper', 'per_step', 'round', 'epoch')
 GATES = ('coordinate', 'vector')
 
 
-def rectified_term(alpha, scale='paper', gate='coordinate', batch_size=0):
+def rectified_term(alpha, scale='paper', gate='coordinate'):
   """The FedFOR local term as a Part; its server buffer is W^{t-2}.
 
   alpha: the paper's alpha (>= 0); scale: one of SCALES, gate: one of GATES (module
-  docstring); batch_size: B, which sets an epoch's ceil(n_i / B) steps for scale='epoch'.
+  docstring). An epoch (scale='epoch') is ceil(n_i / B) steps, B the batch's static length
+  (a full-batch step's length is the largest client's, so its epoch is one step).
   """
   if scale not in SCALES:
     raise ValueError(f'scale must be one of {SCALES}, got {scale}')
   if gate not in GATES:
     raise ValueError(f'gate must be one of {GATES}, got {gate}')
 
-  def coefficient(ctx):
+  def coefficient(ctx, batch_length):
     """c at the step being taken: alpha/eta times how much of it this step carries."""
     steps = jnp.maximum(ctx.num_steps, 1)
     if scale == 'paper':
@@ -62,18 +63,18 @@ def rectified_term(alpha, scale='paper', gate='coordinate', batch_size=0):
       return alpha / (ctx.lr * steps.astype(jnp.float32))
     if scale == 'round':
       return jnp.where(ctx.step == steps - 1, alpha / ctx.lr, 0.0)
-    epoch = engine.steps_per_epoch(ctx.num_examples, batch_size)
+    epoch = engine.steps_per_epoch(ctx.num_examples, batch_length)
     return jnp.where((ctx.step + 1) % jnp.maximum(epoch, 1) == 0, alpha / ctx.lr, 0.0)
 
   def loss(params, logits, batch, ctx):
-    del logits, batch
+    del logits
     older, previous = ctx.payload['fedfor'], ctx.global_params
     products = jax.tree.map(lambda w, p, o: (o - p) * (w - p), params, previous, older)
     if gate == 'coordinate':
       penalty = sum(jnp.sum(jax.nn.relu(x)) for x in jax.tree.leaves(products))
     else:
       penalty = jax.nn.relu(sum(jnp.sum(x) for x in jax.tree.leaves(products)))
-    return coefficient(ctx) * penalty
+    return coefficient(ctx, batch.y.shape[0]) * penalty
 
   def server_update(params, buffer, sctx):
     del buffer
@@ -86,9 +87,9 @@ def rectified_term(alpha, scale='paper', gate='coordinate', batch_size=0):
 
 # --- Registration -----------------------------------------------------------------------------
 @registry.registers('part', 'for', 'rectified first-order term (FedFOR eq. 7; --for_scale)',
-                    reads=('for_alpha', 'for_scale', 'for_gate', 'batch_size'))
+                    reads=('for_alpha', 'for_scale', 'for_gate'))
 def _rectified(v, **_):
-  return rectified_term(v.for_alpha, v.for_scale, v.for_gate, v.batch_size)
+  return rectified_term(v.for_alpha, v.for_scale, v.for_gate)
 
 
 algorithm('fedfor', Recipe(('for',), weighting='uniform',
