@@ -14,7 +14,9 @@ every E, with the same 3 seeds as FedAvg (same clients, batches and initial mode
   python benchmarks/fedfor_readings.py --readings=per_step/coordinate --budget_divisor=50
 
 Writes OUT/readings.json (every run's final, best and best-by-half accuracy, and whether it
-diverged) and prints the markdown tables RESULTS.md quotes (tables()).
+diverged) and prints which claims each reading reproduces (claims()) and the tables behind it
+(tables()); --write=experiments/results/studies/fedfor-readings also writes study.md, which
+experiments/collect_results.py puts in RESULTS.md.
 """
 import argparse
 import csv
@@ -106,9 +108,11 @@ def _score(rows, key):
   return {r['seed']: (float('nan') if r['diverged'] else r[key]) for r in rows}
 
 
-def tables(results):
-  """Markdown: per reading, FedFOR - FedAvg (paired by seed) at every E, and the alpha sweep."""
-  lines = ['| reading | ' + ' | '.join(f'E={e}: best (half budget) − FedAvg'
+def gain_table(results, key):
+  """Markdown: per reading, FedFOR - FedAvg (paired by seed) at every E, on `key` ('half':
+  the best accuracy in the first half of the budget, 'best': in the whole budget)."""
+  budget = 'half budget' if key == 'half' else 'full budget'
+  lines = ['| reading | ' + ' | '.join(f'E={e}: best ({budget}) − FedAvg'
                                         for e in BUDGETS) + ' | diverged runs |',
            '|---|' + '---|' * (len(BUDGETS) + 1)]
   for reading, entry in results['readings'].items():
@@ -116,10 +120,16 @@ def tables(results):
     for e in BUDGETS:
       rows = entry['epochs'][str(e)] if str(e) in entry['epochs'] else entry['epochs'][e]
       avg = results['fedavg'].get(str(e), results['fedavg'].get(e))
-      mine, base = _score(rows, 'half'), _score(avg, 'half')
+      mine, base = _score(rows, key), _score(avg, key)
       cells.append(interval([mine[s] - base[s] for s in mine]))
       diverged += sum(r['diverged'] for r in rows)
     lines.append(f'| {reading} | ' + ' | '.join(cells) + f' | {diverged} |')
+  return lines
+
+
+def tables(results):
+  """Markdown: the gains at half and full budget (gain_table) and the alpha sweep."""
+  lines = gain_table(results, 'half') + [''] + gain_table(results, 'best')
   lines += ['', '| reading | ' + ' | '.join(f'α={a:g}: best' for a in ALPHAS) + ' | best α |',
             '|---|' + '---|' * (len(ALPHAS) + 1)]
   for reading, entry in results['readings'].items():
@@ -130,23 +140,97 @@ def tables(results):
       means.append(np.nanmean(best) if np.isfinite(best).any() else float('nan'))
     cells = [f'{m:.3f}' if np.isfinite(m) else 'diverged' for m in means]
     top = ALPHAS[int(np.nanargmax(means))] if np.isfinite(means).any() else None
-    lines.append(f'| {reading} | ' + ' | '.join(cells) + f' | {top if top is None else f"{top:g}"} |')
+    best = 'none' if top is None else f'{top:g}'
+    lines.append(f'| {reading} | ' + ' | '.join(cells) + f' | {best} |')
   return '\n'.join(lines)
+
+
+def _mean(rows, key):
+  values = [float('nan') if r['diverged'] else r[key] for r in rows]
+  return np.nanmean(values) if np.isfinite(values).any() else float('nan')
+
+
+def claims(results):
+  """Markdown: which of the paper's claims each reading reproduces here (App. C: alpha = 5 is
+  the best of the sweep; Table 2: FedFOR >= FedAvg at every E, most at E = 8; and no run
+  diverged), each claim computed from readings.json alone."""
+  lines = ['| reading | α=5 within 0.01 of the sweep\'s best | FedFOR ≥ FedAvg at every E '
+           '(half / full budget; E where the interval excludes 0) | largest gain at E=8 '
+           '(half / full) | runs diverged |', '|---|---|---|---|---|']
+  for reading, entry in results['readings'].items():
+    sweep = {a: _mean([r for r in entry['alpha'] if r['for_alpha'] == a], 'best') for a in ALPHAS}
+    top = np.nanmax(list(sweep.values())) if np.isfinite(list(sweep.values())).any() else np.nan
+    near = 'yes' if np.isfinite(sweep[5.0]) and sweep[5.0] >= top - 0.01 else 'no'
+    ahead, largest = [], []
+    for key in ('half', 'best'):
+      gains, sure = {}, []
+      for e in BUDGETS:
+        rows = entry['epochs'].get(str(e), entry['epochs'].get(e))
+        avg = results['fedavg'].get(str(e), results['fedavg'].get(e))
+        mine, base = _score(rows, key), _score(avg, key)
+        diffs = np.asarray([mine[s] - base[s] for s in mine])
+        gains[e] = diffs.mean() if np.isfinite(diffs).all() else float('nan')
+        text = interval(diffs)
+        if np.isfinite(diffs).all() and '[' in text and float(text.split('[')[1].split(',')[0]) > 0:
+          sure.append(f'E={e}')
+      ok = all(np.isfinite(g) and g >= 0 for g in gains.values())
+      ahead.append(('yes' if ok else 'no') + (f' ({", ".join(sure)})' if sure else ''))
+      finite = {e: g for e, g in gains.items() if np.isfinite(g)}
+      largest.append('yes' if finite and max(finite, key=finite.get) == 8 and
+                     len(finite) == len(gains) else
+                     f'no (E={max(finite, key=finite.get)})' if finite else 'no')
+    runs = list(entry['alpha']) + [r for e, rows in entry['epochs'].items() if int(e) != 8
+                                   for r in rows]
+    diverged = sum(r['diverged'] for r in runs)
+    lines.append(f'| {reading} | {near} | {" / ".join(ahead)} | {" / ".join(largest)} | '
+                 f'{diverged} of {len(runs)} |')
+  return '\n'.join(lines)
+
+
+def study(results, command, commit):
+  """study.md for experiments/results/studies/ (collect_results.py puts it in RESULTS.md)."""
+  fedavg = ', '.join(f'E={e}: {_mean(results["fedavg"].get(str(e), []), "half"):.3f} / '
+                     f'{_mean(results["fedavg"].get(str(e), []), "best"):.3f}' for e in BUDGETS)
+  return '\n'.join([
+      "## FedFOR's readings of eqs. 6-7 against the paper's claims (issue 44)", '',
+      f'Run on commit `{commit}` with `{command}` ({results["seeds"]} seeds; Table 2\'s budgets '
+      f'divided by {results["divisor"]}). ' + __doc__.split('\n\n')[1].replace('\n', ' '), '',
+      f'FedAvg, best accuracy by half / full budget: {fedavg}.', '',
+      "Which of the paper's claims each reading reproduces:", '', claims(results), '',
+      'The tables behind it (FedFOR − FedAvg, paired by seed: mean [95% t-interval]; '
+      '"diverged": every seed diverged):', '', tables(results), ''])
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--out', required=True, help='folder of the run directories and readings.json')
+  parser.add_argument('--out', required=True,
+                      help='folder of the run directories and readings.json')
   parser.add_argument('--readings', default=','.join(READINGS),
                       help='comma-separated SCALE/GATE readings (default: all eight)')
   parser.add_argument('--budget_divisor', type=int, default=10,
                       help="Table 2's budgets divided by this (default 10: 20/20/10/10/5 rounds)")
   parser.add_argument('--seeds', type=int, default=3)
+  parser.add_argument('--write', default='',
+                      help='also write readings.json and study.md into this folder '
+                           '(experiments/results/studies/fedfor-readings)')
+  parser.add_argument('--commit', default='',
+                      help='the commit the runs already in --out were made on (default: HEAD)')
   args = parser.parse_args(argv)
   os.makedirs(args.out, exist_ok=True)
   results = measure(args.out, args.readings.split(','), args.budget_divisor, args.seeds)
   results = json.loads(json.dumps(results))  # the keys as the file holds them
-  print(tables(results))
+  print(claims(results) + '\n\n' + tables(results))
+  if args.write:
+    os.makedirs(args.write, exist_ok=True)
+    with open(os.path.join(args.write, 'readings.json'), 'w') as f:
+      json.dump(results, f, indent=1)
+    commit = args.commit or subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT,
+                                           capture_output=True, text=True).stdout.strip()
+    command = 'python benchmarks/fedfor_readings.py ' + ' '.join(
+        a for a in (argv if argv is not None else sys.argv[1:])
+        if not a.startswith(('--write', '--commit')))
+    with open(os.path.join(args.write, 'study.md'), 'w') as f:
+      f.write(study(results, command.strip(), commit))
 
 
 if __name__ == '__main__':

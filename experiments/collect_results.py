@@ -72,6 +72,12 @@ with the commit and command), with the machine's load average at the start and e
 value counts the runner's own threads (about 3-4 with `--jobs=2` on 2 cores); the start value
 shows whether other work was already running. Where others shared the machine, the times are
 upper bounds and the provenance says so in a note.
+
+**FedFOR.** The `fedfor_epochs` and `fedfor_alpha` tables below were run before issue 44 chose
+the reading of eq. 7: their `fedfor` rows are the printed `--for_scale=paper` (now the row
+"fedfor (eq. 7 as printed)"), their "fedfor (per-step α)" row is today's default `fedfor`.
+The study at the end ("FedFOR's readings of eqs. 6-7") measures every reading against the
+paper's claims at ~10 local steps an epoch, as in the paper.
 """
 
 
@@ -163,13 +169,26 @@ def not_here(ran):
   return ('## Presets without a table here\n\n' + '\n'.join(lines) + '\n') if lines else ''
 
 
+def studies():
+  """The studies run beside the presets (experiments/results/studies/<name>/study.md, each
+  written by the benchmark that ran it, with its commit, command and raw results)."""
+  texts = []
+  for path in sorted(glob.glob(os.path.join(RESULTS, 'studies', '*', 'study.md'))):
+    rel = os.path.relpath(os.path.dirname(path), ROOT)
+    with open(path) as f:
+      texts.append(f.read().rstrip('\n') + f'\n\nRaw results: [{rel}/]({rel}/).\n')
+  return '\n'.join(texts)
+
+
 def build():
-  """The text of RESULTS.md from experiments/results/*/results.json and provenance.json."""
+  """The text of RESULTS.md from experiments/results/*/results.json and provenance.json, and
+  the studies beside the presets (studies())."""
   found = [(_load(d), d) for d in sorted(glob.glob(os.path.join(RESULTS, '*')))
            if os.path.exists(os.path.join(d, 'results.json'))]
   found.sort(key=lambda x: _order(x[0]))
   parts = [HEAD + shared_runs_line([results for (results, _), _ in found])]
   parts += [section(d, results, prov) for (results, prov), d in found]
+  parts.append(studies())
   parts.append(not_here({results['preset'] for (results, _), _ in found}))
   return '\n'.join(parts)
 

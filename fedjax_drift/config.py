@@ -267,11 +267,13 @@ class Config:
                      'the logits (FedGKD Table 9)', ('kl', 'mse'), group='algorithm')
   kd_temperature: float = _f(1.0, 'distillation temperature tau (FedADC+, FedGKD, '
                              'FedDistill+)', group='algorithm', bounds=ABOVE_0, gridable=True)
-  for_alpha: float = _f(5.0, 'FedFOR alpha (the term is scaled by alpha / lr)',
+  for_alpha: float = _f(5.0, 'FedFOR alpha (App. C; --for_scale says how it scales the term)',
                         group='algorithm', bounds=NONNEG, gridable=True)
-  for_scale: str = _f('paper', 'FedFOR: how large the term is and when it acts (docs/algorithms.md '
-                      'derives each): paper = alpha / lr at every step (eq. 7 as printed), '
-                      'per_step = alpha / (lr H_i) at every step (H_i the client\'s local steps), '
+  for_scale: str = _f('per_step', 'FedFOR: how large the term is and when it acts '
+                      '(docs/algorithms.md derives each, RESULTS.md measures them): '
+                      'per_step = alpha / (lr H_i) at every step (H_i the client\'s local '
+                      'steps; reproduces the paper\'s claims), '
+                      'paper = alpha / lr at every step (eq. 7 as printed; diverges at alpha = 5), '
                       'round = alpha / lr at the last local step (the correction once a round), '
                       'epoch = alpha / lr at the last step of each local epoch',
                       ('paper', 'per_step', 'round', 'epoch'), group='algorithm')

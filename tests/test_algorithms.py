@@ -277,7 +277,8 @@ def test_fedfor_alpha_growth_factor(tiny_npz, unequal_partition):
   """Eq. 7 as printed (alpha/eta), alpha = 5: a local step where a coordinate moves back jumps
   alpha (W^{t-1} - W^{t-2}), so the global update grows up to alpha-fold per round. Scaled per
   step (alpha/(eta H_i)) it stays the size of FedAvg's."""
-  paper = _global_update_norms(make(tiny_npz, unequal_partition, 'fedfor', for_alpha=5.0), 8)
+  paper = _global_update_norms(make(tiny_npz, unequal_partition, 'fedfor', for_alpha=5.0,
+                                    for_scale='paper'), 8)
   growth = paper[1:] / paper[:-1]
   assert growth.max() > 3.5 and paper[-1] > 100 * paper[0]
   assert np.all(growth < 5.0 + 1.0)  # up to alpha, plus the loss's own step

@@ -11,9 +11,11 @@ moving against the previous global update is penalised. The paper derives c from
 gradient estimate grad L(W^{t-2}) ~ (W^{t-2} - W^{t-1}) / eta, which takes a round for one SGD
 step. Its text supports several readings of c and of when the term acts; `--for_scale` picks
 one (docs/algorithms.md derives each and RESULTS.md measures them):
-  paper     c = alpha / eta at every local step (eq. 7 as printed);
   per_step  c = alpha / (eta H_i) at every step: the round's move spread over the client's own
-            H_i local steps (the gradient estimate (W^{t-2} - W^{t-1}) / (eta H_i));
+            H_i local steps (the gradient estimate (W^{t-2} - W^{t-1}) / (eta H_i)); the
+            default, the one reading that reproduces the paper's claims (alpha = 5 best of
+            App. C's sweep, FedFOR >= FedAvg at every E of Table 2) and never diverged;
+  paper     c = alpha / eta at every local step (eq. 7 as printed);
   round     c = alpha / eta at the client's last local step only: the momentum form after
             eq. 7, W_k^t = W_k^{t-1} - eta grad L_k + alpha (W^{t-1} - W^{t-2}), with t the
             round, so the correction comes once per round;
@@ -42,7 +44,7 @@ SCALES = ('paper', 'per_step', 'round', 'epoch')
 GATES = ('coordinate', 'vector')
 
 
-def rectified_term(alpha, scale='paper', gate='coordinate'):
+def rectified_term(alpha, scale='per_step', gate='coordinate'):
   """The FedFOR local term as a Part; its server buffer is W^{t-2}.
 
   alpha: the paper's alpha (>= 0); scale: one of SCALES, gate: one of GATES (module
