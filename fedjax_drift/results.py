@@ -10,7 +10,8 @@ Run directory (the same layout for one run and for many):
   shifts.csv     --scenario=concept_shift: one row per run and shift, with its recovery
   summary.json   per run and per grid point (mean +- std over the seeds that did not diverge);
                  with one run, that run's metrics are also at the top level; warnings: the
-                 sanity checks a run failed (sanity_warnings)
+                 sanity checks a run failed (sanity_warnings), after a partition that leaves
+                 some test class to no client (splits.coverage_warning)
   accuracy.png, drift.png, partition.png, checkpoints/, personalization.csv (calibrate)
   .fedjax-drift.json  the run's record (rundir.Record): run id, flags' hash, every entry the
                  run created there; --overwrite, --resume and clean-up touch only those
@@ -24,7 +25,8 @@ import os
 import jax
 import numpy as np
 
-from fedjax_drift import algorithms, evaluation, metrics, personalize, report, stats, tensorboard
+from fedjax_drift import (algorithms, evaluation, metrics, personalize, report, splits, stats,
+                          tensorboard)
 from fedjax_drift.data import federated
 from fedjax_drift.errors import DivergenceError
 
@@ -311,7 +313,9 @@ def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
     out['selected'] = selected(cfg.resolved_select_on(), out['grid_points'])
   if len(study.runs) == 1:
     out.update({k: v for k, v in per_run[0].items() if k not in ('run', 'seed')})
-  out['warnings'] = run_warnings(per_run, {s.index: run_label(s) for s in study.runs})
+  uncovered = splits.coverage_warning(cfg, study.experiments)  # the data's, before the runs'
+  out['warnings'] = ([uncovered.removeprefix('warning: ')] if uncovered else []) + run_warnings(
+      per_run, {s.index: run_label(s) for s in study.runs})
   return out
 
 

@@ -164,14 +164,16 @@ def test_a_partition_without_some_test_class_is_one_warning_line():
 @pytest.mark.slow
 def test_runs_write_splits_csv_warn_and_resume_whole(tmp_path):
   """A sweep writes every run's rows and says, once, that its partitions leave test classes
-  to no client; --resume rewrites splits.csv with the same rows (none lost, none twice), also
+  to no client (and summary.json's warnings say it); --resume rewrites splits.csv with the same rows (none lost, none twice), also
   in a run directory from before splits.csv."""
   logs = []
   config = fedjax_drift.Config(**SHARDS, out=str(tmp_path / 'run'))
   fedjax_drift.run(config, log=logs.append)
-  warned = [line for line in logs if 'of the test set' in line]
+  warned = [line for line in logs if line.startswith('warning: --partition')]
   assert len(warned) == 1 and warned[0] == splits.coverage_warning(
       config, study.build(config).experiments)
+  summary = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+  assert summary['warnings'][0] == warned[0].removeprefix('warning: ')  # and in summary.json
   path = tmp_path / 'run' / 'splits.csv'
   rows = splits.read(path)
   assert {r['run'] for r in rows} == {0, 1}
