@@ -389,13 +389,16 @@ class Config:
                        'dp_gaussian', group='algorithm')
   # Robust aggregation (algorithms/robust.py), compressed uploads (compression.py), DP (dp.py).
   trim_beta: float = _f(0.1, '--aggregator=trimmed_mean: fraction beta of the cohort dropped at '
-                        'each end of every coordinate (0 = the weighted mean)', group='algorithm',
+                        'each end of every coordinate (0 = the --weighting mean, FedAvg\'s, '
+                        'not the paper\'s uniform mean unless --weighting=uniform)',
+                        group='algorithm',
                         bounds=UNIT_EXCL_1.but(high=0.5, wording='in [0, 0.5)'))
   krum_byzantine: int = _f(1, '--aggregator=krum: f, the Byzantine clients assumed (scores sum '
                            'the K - f - 2 nearest squared distances)', group='algorithm',
                            bounds=AT_LEAST_0)
   krum_select: int = _f(1, '--aggregator=krum: m updates of the lowest scores averaged (1 = '
-                        'Krum, more = Multi-Krum, >= K = the weighted mean)', group='algorithm',
+                        'Krum, more = Multi-Krum, >= K = the --weighting mean, FedAvg\'s, not '
+                        'the paper\'s uniform mean unless --weighting=uniform)', group='algorithm',
                         bounds=AT_LEAST_1)
   topk_fraction: float = _f(0.1, '--local_terms=topk: fraction of each parameter array\'s '
                             'entries a client uploads (1 = all)', group='algorithm',

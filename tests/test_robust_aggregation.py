@@ -5,6 +5,7 @@ examples, minibatches of 4 and one local epoch (H_i = 2..5), a cohort of 3 of th
 participation). The numpy reference trains each cohort client with plain SGD on the engine's
 own minibatches and aggregates with the papers' rules written out below.
 """
+import dataclasses
 import os
 import subprocess
 import sys
@@ -206,3 +207,10 @@ def test_krum_with_dropout_is_one_line_error(tiny_npz, unequal_partition):
   # Every client selected (the weighted mean) needs no neighbours: allowed.
   make(tiny_npz, unequal_partition, 'fedavg', aggregator='krum', krum_select=3,
        clients_per_round=3, dropout_prob=0.2)
+
+
+def test_knob_off_help_says_weighted_not_uniform_mean():
+  """--help for the knob-off point says it is the --weighting mean, not the paper's uniform one."""
+  helps = {f.name: f.metadata['help'] for f in dataclasses.fields(fedjax_drift.Config)}
+  for name in ('trim_beta', 'krum_select'):
+    assert '--weighting mean' in helps[name] and 'uniform mean' in helps[name], name
