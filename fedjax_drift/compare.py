@@ -23,7 +23,7 @@ import sys
 
 import numpy as np
 
-from fedjax_drift import interrupts, report, results
+from fedjax_drift import interrupts, report, results, stats
 from fedjax_drift.errors import UserError
 
 OUTPUTS = ('comparison.md', 'comparison.csv', 'comparison.png')
@@ -154,8 +154,9 @@ def markdown(rows) -> str:
   rounds column where the rows differ in it, and the warning line then."""
   extra = differing(rows)
   lines = ['Test accuracy (%): final = at the last round, best = the highest over the '
-           'evaluations; mean ± std (ddof=0) [95% t-interval of the mean] over the seeds that '
-           'did not diverge (one seed: its value). Grid points are listed, not selected.', '']
+           'evaluations; mean ± std (ddof=0) [95% t-interval of the mean, clipped to [0, 100]; '
+           'uninformative where it spans all of it] over the seeds that did not diverge (one '
+           'seed: its value). Grid points are listed, not selected.', '']
   if extra:
     lines[-1:] = ['', warning(rows), '']
   heads = ['run directory', 'algorithm'] + [dict(SETTINGS)[k] for k in extra] + [
@@ -187,7 +188,11 @@ def _pct(row, key):
   if row.get('seeds', 2) < 2:  # no spread to show: "± 0.00" would claim one
     return f'{100 * mean:.2f}'
   text = f'{100 * mean:.2f} ± {100 * std:.2f}'
-  return text + (f' [{100 * lo:.2f}, {100 * hi:.2f}]' if not np.isnan(lo) else '')
+  if np.isnan(lo):
+    return text
+  if stats.uninformative(lo, hi):  # clipped to all of [0, 1] (stats.clip_unit)
+    return text + ' [0, 100]: uninformative'
+  return text + f' [{100 * lo:.2f}, {100 * hi:.2f}]'
 
 
 def curves(rows) -> dict:

@@ -22,7 +22,7 @@ import os
 import time
 
 from fedjax_drift import (applies, distributed, inputs, registry, report, results, rundir,
-                          study)
+                          stats, study)
 from fedjax_drift.config import Config, grid_points, parse_grid
 from fedjax_drift.errors import DivergenceError, UserError
 
@@ -157,8 +157,8 @@ def _summary(config, methods, configs, summaries, run_dir) -> dict:
            'seeds': point['seeds'] if point else 0,
            'diverged': point['diverged'] if point else s['num_runs']}
     for key in TABLE_STATS:
-      stats = chosen[key] or {}
-      row[f'{key}_mean'], row[f'{key}_std'] = stats.get('mean'), stats.get('std')
+      stat = chosen[key] or {}
+      row[f'{key}_mean'], row[f'{key}_std'] = stat.get('mean'), stat.get('std')
     row.update(_carried_means(s['runs'], chosen['grid_point']))
     table.append(row)
   return {'methods': methods, 'grid': config.grid, 'select_on': select_on,
@@ -191,5 +191,5 @@ def _log_table(table, run_dir, log):
     log(f'{row[AXIS]}: {row["grid_point"] or "(no grid)"} last-10% accuracy '
         + (f'({row["scored_model"]} model) ' if row.get('scored_model') else '')
         + (f'{mean:.4f}' if mean is not None else 'n/a')
-        + f' over {row["seeds"]} seed(s)')
+        + f' over {stats.seeds_words(row["seeds"])}')
   log(f'methods table -> {os.path.join(run_dir, "table.csv")}')

@@ -166,16 +166,28 @@ def _save(fig, path):
   atomic_write(path, _png(fig))
 
 
+def _round_axis(ax):
+  """x labelled 'round' with integer ticks only (a few rounds drew 0.5, 1.5, ...)."""
+  from matplotlib.ticker import MaxNLocator  # pylint: disable=g-import-not-at-top
+  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+  ax.set_xlabel('round')
+
+
 @_if_plotting
-def plot_accuracy(path, rounds, accuracies, best, title, marks=()):
-  """Accuracy and best-so-far curves; `marks`: rounds to draw as vertical lines (the rounds
-  at whose start a concept shift happened)."""
+def plot_accuracy(path, rounds, accuracies, best, title, marks=(), diverged_at=None):
+  """Accuracy and best-so-far curves, each evaluation a marker (a run stopped after one
+  evaluation is then one visible point); `marks`: rounds to draw as vertical lines (the
+  rounds at whose start a concept shift happened); diverged_at: the round the run diverged
+  in, drawn as a line with 'diverged at round N' (None: it did not)."""
   fig, (ax,) = _figure(6, 4)
-  ax.plot(rounds, accuracies, label='test accuracy')
-  ax.plot(rounds, best, '--', label='best so far')
+  ax.plot(rounds, accuracies, marker='o', ms=3, label='test accuracy')
+  ax.plot(rounds, best, '--', marker='.', ms=3, label='best so far')
   for i, r in enumerate(marks):
     ax.axvline(r, color='tab:red', alpha=0.4, lw=0.8, label='concept shift' if i == 0 else None)
-  ax.set_xlabel('round')
+  if diverged_at is not None:
+    ax.axvline(diverged_at, color='black', ls=':', lw=1,
+               label=f'diverged at round {diverged_at}')
+  _round_axis(ax)
   ax.set_ylabel('global-model test accuracy')
   ax.set_title(title)
   ax.grid(alpha=0.3)
@@ -238,7 +250,7 @@ def plot_drift(path, rows):
     title, ylabel = DRIFT_COLUMNS[k]
     ax.plot(r, [row[k] for row in rows])
     ax.set_title(title, fontsize=9)
-    ax.set_xlabel('round')
+    _round_axis(ax)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
   _save(fig, path)
@@ -253,7 +265,7 @@ def plot_mean_curves(path, curves, title, ylabel='test accuracy (mean ± std ove
     ax.plot(rounds, mean, label=label, marker='o' if len(rounds) == 1 else None)  # a lone point
     ax.fill_between(rounds, mean - std, mean + std, alpha=0.15)
   ax.set_title(title, fontsize=9)
-  ax.set_xlabel('round')
+  _round_axis(ax)
   ax.set_ylabel(ylabel)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7)

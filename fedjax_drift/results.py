@@ -42,10 +42,11 @@ SHIFT_COLUMNS = ('run', 'seed', 'round', 'kind', 'classes', 'pre_shift_accuracy'
 
 def seed_stats(values) -> dict:
   """One metric over seeds: stats.interval's {'mean', 'lo', 'hi', 'n'} (the mean and 95%
-  t-interval of the finite values: lo = hi = None with one value, mean None too with none)
-  and 'std' (ddof=0: the spread of these seeds; None without a finite value). values: one
-  float per seed; None and nan (a diverged seed) are left out."""
-  ci = stats.interval(values)
+  t-interval of the finite values, clipped to [0, 1] by stats.clip_unit: lo = hi = None with
+  one value, mean None too with none) and 'std' (ddof=0: the spread of these seeds; None
+  without a finite value). values: one accuracy in [0, 1] per seed; None and nan (a diverged
+  seed) are left out."""
+  ci = stats.clip_unit(stats.interval(values))
   finite = [v for v in values if v is not None and math.isfinite(v)]
   return {**ci, 'std': float(np.std(finite)) if finite else None}
 
@@ -376,6 +377,17 @@ def run_label(spec) -> str:
   return ', '.join([f'seed {spec.seed}'] + [f'{k}={v:g}' for k, v in spec.point.items()])
 
 
+def _point_line(group) -> str:
+  """'final 0.7000 +- 0.0100, best 0.7200 +- 0.0050 over 3 seeds' for a grid_summaries
+  group; one seed: 'final 0.7000, best 0.7200 (1 seed)', no spread to show."""
+  n, final, best = group['seeds'] - group['diverged'], group['final_accuracy'], \
+      group['best_accuracy']
+  if n == 1:
+    return f'final {final["mean"]:.4f}, best {best["mean"]:.4f} (1 seed)'
+  return (f'final {final["mean"]:.4f} +- {final["std"]:.4f}, best {best["mean"]:.4f} +- '
+          f'{best["std"]:.4f} over {stats.seeds_words(n)}')
+
+
 def plot(study, prog, run_dir):
   """accuracy.png (one run's curve with its shifts marked, or each grid point's mean +- std
   over its seeds that did not diverge) and drift.png (the first run's diagnostics)."""
@@ -388,7 +400,8 @@ def plot(study, prog, run_dir):
                          accs, metrics.best_so_far(accs), title,
                          # the shift of round r falls between the evaluations r-1 and r
                          marks=[shift['round'] - 0.5 for shift in
-                                concept_shifts(prog, 0, cfg.concept_shift_kind)])
+                                concept_shifts(prog, 0, cfg.concept_shift_kind)],
+                         diverged_at=prog.diverged[0][0] if 0 in prog.diverged else None)
   else:
     curves = {}
     for point in grid_points(study.runs):
@@ -462,9 +475,7 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
     for g in summary_['grid_points']:
       if g['final_accuracy']['mean'] is None:
         continue
-      log(f'{label(g["grid_point"], cfg.algo)}: final {g["final_accuracy"]["mean"]:.4f} +- '
-          f'{g["final_accuracy"]["std"]:.4f}, best {g["best_accuracy"]["mean"]:.4f} +- '
-          f'{g["best_accuracy"]["std"]:.4f} over {g["seeds"] - g["diverged"]} seed(s)'
+      log(f'{label(g["grid_point"], cfg.algo)}: {_point_line(g)}'
           + (f' ({g["diverged"]} diverged)' if g['diverged'] else ''))
     chosen = summary_.get('selected')
     if chosen and chosen['grid_point'] is not None:

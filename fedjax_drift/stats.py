@@ -8,6 +8,8 @@ is narrower than the two methods' intervals suggest.
 Every interval here is Student's t-interval for a mean at 95%:
   mean ± t_{0.975, n-1} · s / √n,  s the sample standard deviation (ddof = 1),
 the quantile from scipy.stats.t. One value (n = 1) has no interval (lo = hi = None).
+Accuracy intervals (results.seed_stats) are clipped to [0, 1] (clip_unit); one that then
+spans all of it is marked uninformative in every table.
 """
 import math
 
@@ -47,6 +49,25 @@ def interval(values, confidence=CONFIDENCE) -> dict:
   return {'mean': mean, 'lo': mean - half, 'hi': mean + half, 'n': int(len(x))}
 
 
+def clip_unit(stat) -> dict:
+  """interval()'s dict of an accuracy with lo and hi clipped to [0, 1], where every accuracy
+  and so its mean lies (a t-interval of 2 seeds can reach [-0.33, 1.35]). A clipped interval
+  of exactly [0, 1] says nothing: uninformative(stat) is then True."""
+  if stat.get('lo') is None:
+    return stat
+  return {**stat, 'lo': min(max(stat['lo'], 0.0), 1.0), 'hi': min(max(stat['hi'], 0.0), 1.0)}
+
+
+def uninformative(lo, hi) -> bool:
+  """Whether an accuracy interval [lo, hi] (clip_unit's; None: none) spans all of [0, 1]."""
+  return lo is not None and hi is not None and lo <= 0.0 and hi >= 1.0
+
+
+def seeds_words(n) -> str:
+  """'1 seed', '3 seeds'."""
+  return f'{n} seed' + ('' if n == 1 else 's')
+
+
 def paired_difference(a: dict, b: dict, confidence=CONFIDENCE) -> dict:
   """The mean difference a - b over the seeds both have, with its t-interval.
 
@@ -75,12 +96,15 @@ def best_point(points, score):
 
 
 def fmt_interval(stat, digits=4) -> str:
-  """'0.7795 [0.7660, 0.7930]', '0.7795 (1 seed)' or '–' for an interval() dict."""
+  """'0.7795 [0.7660, 0.7930]', '0.7795 (1 seed)', '0.5000 [0, 1]: uninformative (2 seeds)'
+  (an accuracy interval clipped to all of [0, 1], clip_unit) or '–' for an interval() dict."""
   if stat is None or stat.get('mean') is None:
     return '–'
   mean = f'{stat["mean"]:.{digits}f}'
   if stat.get('lo') is None:
     return f'{mean} (1 seed)'
+  if uninformative(stat['lo'], stat['hi']):
+    return f'{mean} [0, 1]: uninformative ({seeds_words(stat.get("n", 2))})'
   return f'{mean} [{stat["lo"]:.{digits}f}, {stat["hi"]:.{digits}f}]'
 
 

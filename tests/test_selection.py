@@ -175,7 +175,8 @@ def test_sweep_selects_on_validation_and_reports_intervals(tiny_npz, unequal_par
     m = sum(finals) / 2
     half = T975[1] * abs(finals[0] - finals[1]) / math.sqrt(2) / math.sqrt(2)  # sd/√n, n=2
     assert g['final_accuracy']['mean'] == pytest.approx(m)
-    assert g['final_accuracy']['ci95'] == pytest.approx([m - half, m + half], rel=1e-5)
+    assert g['final_accuracy']['ci95'] == pytest.approx([max(m - half, 0), min(m + half, 1)],
+                                                    rel=1e-5)  # clipped to [0, 1]
   val_means = {lr: np.mean([float(r['val_last10_mean_accuracy']) for r in rs])
                for lr, rs in by_point.items()}
   chosen = summary['selected']
