@@ -73,7 +73,10 @@ def what(signum) -> str:
 
 
 def message(run_dir, has_checkpoint, signum=signal.SIGINT) -> str:
-  """The one line for an interrupted run."""
+  """The one line for an interrupted run; inside resume_at(top) it names `top`, which a
+  --resume always continues (its config.json is written before any of its runs starts)."""
+  if _state.resume_dir:
+    return f'{what(signum)}; continue with --resume --out={_state.resume_dir}'
   if run_dir and has_checkpoint:
     return f'{what(signum)}; continue with --resume --out={run_dir}'
   return f'{what(signum)} before the first checkpoint; nothing to resume'
@@ -96,6 +99,7 @@ class _State:
     self.prefix = 'error: '
     self.watchdog = None
     self.reported = False     # the program printed the line itself (ignore())
+    self.resume_dir = ''      # the directory message() names instead (resume_at)
 
 
 _state = _State()
@@ -205,6 +209,17 @@ def deferred(writing=False):
       _state.writing -= bool(writing)
     if _state.signum is not None and not _state.deferring and not _state.raised:
       _raise(_state.signum)
+
+
+@contextlib.contextmanager
+def resume_at(run_dir):
+  """Within it, message() names `run_dir`: a --grid='algo:...' run is resumed from its top
+  directory, never from the sub-directory of the method a signal stopped."""
+  before, _state.resume_dir = _state.resume_dir, run_dir
+  try:
+    yield
+  finally:
+    _state.resume_dir = before
 
 
 def describe(line_for_signal):

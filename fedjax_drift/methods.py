@@ -21,8 +21,8 @@ import dataclasses
 import os
 import time
 
-from fedjax_drift import (applies, distributed, inputs, registry, report, results, rundir,
-                          stats, study)
+from fedjax_drift import (applies, distributed, inputs, interrupts, registry, report, results,
+                          rundir, stats, study)
 from fedjax_drift.config import Config, grid_points, parse_grid
 from fedjax_drift.errors import DivergenceError, UserError
 
@@ -75,6 +75,28 @@ def is_methods_run(config: Config) -> bool:
   return bool(split_grid(config.grid)[0])
 
 
+def enclosing_run(run_dir) -> str:
+  """The methods run directory (--grid='algo:...') that holds `run_dir` as one method's
+  sub-directory, or '' when it is none (its parent's config.json does not list it)."""
+  top = os.path.dirname(os.path.abspath(run_dir))
+  try:
+    saved = rundir.read_json(os.path.join(top, 'config.json'))
+  except (OSError, ValueError):
+    return ''
+  listed = (saved.get('_resolved') or {}).get('methods') if isinstance(saved, dict) else None
+  return top if os.path.basename(os.path.abspath(run_dir)) in (listed or ()) else ''
+
+
+def check_not_a_method(run_dir):
+  """Refuses a --resume of one method's sub-directory: it would leave the other methods
+  and table.csv undone; the line names the top directory to resume instead."""
+  top = enclosing_run(run_dir)
+  if top:
+    raise UserError(f'--resume: {run_dir} is one method of the --grid algo run {top}; '
+                    f'continue with --resume --out={top} (it finishes every method and '
+                    'writes table.csv)')
+
+
 def run_all(config: Config, log, run_one) -> dict:
   """Runs every method of config's --grid axis `algo` with run_one(method_config, log) (the
   plain simulation.run), then writes the run directory's runs.csv, table.csv and summary.json
@@ -100,15 +122,8 @@ def run_all(config: Config, log, run_one) -> dict:
   distributed.barrier('methods outputs checked')  # before process 0 creates anything there
   record = _open(config, run_dir, methods, files, log) if writer else None
   distributed.barrier('methods run directory written')  # its config.json admits the methods
-  summaries = {}
-  for m, c in zip(methods, configs):
-    started = os.path.isfile(os.path.join(c.out, 'config.json'))
-    log(f'--grid {AXIS}={m} ({methods.index(m) + 1}/{len(methods)}) -> {c.out}')
-    try:
-      summaries[m] = run_one(dataclasses.replace(c, resume=config.resume and started), log)
-    except DivergenceError as e:  # every run of this method diverged; the others go on
-      log(f'--algo={m}: {e}')
-      summaries[m] = rundir.read_json(os.path.join(c.out, 'summary.json'))
+  with interrupts.resume_at(run_dir):  # Ctrl-C names this directory, not a method's
+    summaries = _run_methods(config, methods, configs, log, run_one)
   summary = _summary(config, methods, configs, summaries, run_dir)
   if not writer:
     return summary
@@ -123,6 +138,21 @@ def run_all(config: Config, log, run_one) -> dict:
   record.set(finished=True)
   _log_table(summary['table'], run_dir, log)
   return summary
+
+
+def _run_methods(config, methods, configs, log, run_one) -> dict:
+  """{method: its summary}, running each of `configs` with run_one (a started one resumed
+  under config.resume; one whose every run diverged read back from its summary.json)."""
+  summaries = {}
+  for m, c in zip(methods, configs):
+    started = os.path.isfile(os.path.join(c.out, 'config.json'))
+    log(f'--grid {AXIS}={m} ({methods.index(m) + 1}/{len(methods)}) -> {c.out}')
+    try:
+      summaries[m] = run_one(dataclasses.replace(c, resume=config.resume and started), log)
+    except DivergenceError as e:  # every run of this method diverged; the others go on
+      log(f'--algo={m}: {e}')
+      summaries[m] = rundir.read_json(os.path.join(c.out, 'summary.json'))
+  return summaries
 
 
 def _open(config, run_dir, methods, files, log):

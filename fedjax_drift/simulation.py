@@ -597,7 +597,9 @@ RESUME_OVERRIDES = ('rounds', 'progress', 'save_params', 'resume', 'out', 'compi
 
 def resume(run_dir, log=print, **overrides) -> dict:
   """Continues the runs in `run_dir` as configured; only RESUME_OVERRIDES may change.
-  Refuses a directory that is not a run of this tool."""
+  Refuses a directory that is not a run of this tool, and one method's sub-directory of a
+  --grid='algo:...' run (methods.check_not_a_method: its top directory is resumed)."""
+  methods.check_not_a_method(run_dir)
   saved = rundir.read_run_config(run_dir)
   saved.pop('_resolved', None)
   for name in distributed.LAUNCH_FLAGS:
