@@ -7,6 +7,7 @@ import tarfile
 import numpy as np
 import pytest
 
+from fedjax_drift import registry
 from fedjax_drift.data import sources
 from fedjax_drift.errors import UserError
 
@@ -144,3 +145,30 @@ def test_tests_never_see_the_users_cache(tmp_path):
   assert str(tmp_path.parent.parent) in cache or 'hermetic' in cache
   assert not os.path.exists(sources.imported_path('mnist'))
   assert os.path.expanduser('~') == os.environ['HOME'] and 'hermetic' in os.environ['HOME']
+
+
+@pytest.mark.parametrize('dataset', sorted(
+    e.name for e in registry.entries('dataset').values()
+    if e.info.importable and e.name != 'emnist_byclass') + ['emnist'])
+def test_every_missing_import_names_its_files_and_source(dataset):
+  """Issue 45 item 4: a run of an imported dataset without its files names the files and
+  where to get them (CIFAR-10, MNIST, Fashion-MNIST had none), and the TFDS name where one
+  exists; `fedjax-drift-data --help` lists the same sources."""
+  with pytest.raises(UserError) as e:
+    sources.load(dataset)
+  message = str(e.value)
+  assert '\n' not in message and 'fedjax-drift-data import DIR' in message
+  assert '; get ' in message and ' from http' in message
+  tfds = {'mnist': 'tfds:mnist', 'fashion_mnist': 'tfds:fashion_mnist', 'cifar10': 'tfds:cifar10',
+          'cifar100': 'tfds:cifar100', 'svhn': 'tfds:svhn_cropped'}
+  if dataset in tfds:
+    assert f'--dataset={tfds[dataset]}' in message
+
+
+def test_data_help_names_every_source(capsys):
+  from fedjax_drift.data import prepare  # pylint: disable=import-outside-toplevel
+  with pytest.raises(SystemExit):
+    prepare.main(['--help'])
+  out = capsys.readouterr().out
+  for name in ('mnist', 'fashion_mnist', 'cifar10'):
+    assert any(line.split()[:1] == [name] and 'http' in line for line in out.splitlines())

@@ -23,7 +23,7 @@ class DatasetInfo(NamedTuple):
   """What the registry holds for one --dataset entry (registry.Entry.info).
 
   load: callable(dataset, data_dir=None, **options) -> a validated Dataset; options are the
-    sources.LOAD_OPTIONS (each loader takes the ones it uses and ignores the rest).
+    sources.load_options() (each loader takes the ones it uses and ignores the rest).
   files: callable(dataset, data_dir) -> the paths the loader reads, existing or not (the
     run's input fingerprint, inputs.py).
   importable: whether `fedjax-drift-data import` writes this name's cache.
@@ -34,6 +34,8 @@ class DatasetInfo(NamedTuple):
     default), e.g. a text model for a text dataset (`usual_model`).
   classes: the dataset's class count when its name fixes it (10 for MNIST), 0 when the
     files tell (validate's stray-label check then judges by the labels found).
+  source: where its files come from (a download address, and `tfds:NAME` where TFDS has
+    it), for the refusal of a run without them and `fedjax-drift-data --help`.
   """
   load: Callable
   files: Callable
@@ -42,24 +44,25 @@ class DatasetInfo(NamedTuple):
   shared: tuple = ()
   model: str = ''
   classes: int = 0
+  source: str = ''
 
 
 def register_dataset(name, summary, load, *, reads=(), shared=(), importable=False, files=None,
                      folder_files=None, prefix=False, shown=None, model='',
-                     classes=0) -> registry.Entry:
+                     classes=0, source='') -> registry.Entry:
   """Registers --dataset=name (kind 'dataset'); returns its registry.Entry.
 
   summary: its --list line. load: see DatasetInfo. reads: the Config fields only this dataset
   reads (the unread-flag check, applies.py). files: callable(dataset, data_dir) -> paths, or
   None for `usual_files`' rule, with folder_files(dataset, folder) -> the paths read from a
   --data_dir folder. prefix: `name` matches every value starting with it. shown: the --list
-  name (default `name`), '' for an alias that --list leaves out. model, classes: see
+  name (default `name`), '' for an alias that --list leaves out. model, classes, source: see
   DatasetInfo."""
   if files is None:
     def files(dataset, data_dir):
       return usual_files(dataset, data_dir, importable, folder_files)
   info = DatasetInfo(load, files, importable, name if shown is None else shown, tuple(shared),
-                     model, classes)
+                     model, classes, source)
   return registry.register('dataset', name, summary, reads, prefix=prefix, info=info)
 
 
@@ -67,6 +70,23 @@ def usual_model(dataset) -> str:
   """The --model registered as `dataset`'s usual one ('' when none, or an unknown name)."""
   entry = registry.find('dataset', dataset)
   return entry.info.model if entry is not None and entry.info is not None else ''
+
+
+def source_of(dataset) -> str:
+  """Where `dataset`'s files come from, as registered ('' when none is, or an unknown name)."""
+  entry = registry.find('dataset', dataset)
+  return entry.info.source if entry is not None and entry.info is not None else ''
+
+
+def needs_files(dataset, path, import_name=None) -> str:
+  """The one-line refusal of --dataset=`dataset` run without --data_dir and without an import
+  at `path`: which files to get, where, and the import command (import_name: the --dataset
+  the import takes, when it must be named)."""
+  named = f' --dataset={import_name}' if import_name else ''
+  source = source_of(dataset)
+  where = f'; get {source}' if source else ''
+  return (f'--dataset={dataset} needs --data_dir=DIR, or import the files once with '
+          f'`fedjax-drift-data import DIR{named}` (nothing at {path}{where})')
 
 
 def usual_files(dataset, data_dir, importable, folder_files: Optional[Callable] = None) -> list:
@@ -193,8 +213,7 @@ def load_imported(name):
   """The imported copy of `name`, or a UserError saying how to get one."""
   path = imported_path(name)
   if not os.path.exists(path):
-    raise UserError(f'--dataset={name} needs --data_dir=DIR, or import the files once with '
-                    f'`fedjax-drift-data import DIR` (nothing at {path})')
+    raise UserError(needs_files(name, path))
   return load_npz(path)
 
 

@@ -411,9 +411,7 @@ def _imported(name, extra=()):
   """The imported cache of `name` as the arrays dict, with the `extra` arrays too."""
   path = common.imported_path(name)
   if name in EMNIST_NAMES[1:] and not os.path.exists(path):  # import takes byclass by default
-    raise UserError(f'EMNIST\'s {name[len("emnist_"):]} split needs --data_dir=DIR, or import it '
-                    f'once with `fedjax-drift-data import DIR --dataset={name}` (nothing at '
-                    f'{path})')
+    raise UserError(common.needs_files(name, path, name))
   arrays = dict(zip(('x_train', 'y_train', 'x_test', 'y_test'), common.load_imported(name)))
   with np.load(path, allow_pickle=False) as f:
     missing = [k for k in extra if k not in f]
@@ -441,22 +439,32 @@ def load(dataset, data_dir=None, cifar100_labels='fine', emnist_split='byclass',
                          arrays['y_test'])
 
 
+EMNIST_SOURCE = ('gzip.zip from https://biometrics.nist.gov/cs_links/EMNIST/gzip.zip, or run '
+                 '--dataset=tfds:emnist/byclass')
 common.register_dataset(
     'cifar100', 'CIFAR-100: cifar-100-python.tar.gz, or imported; --cifar100_labels=fine|coarse',
-    load, reads=('cifar100_labels',), importable=True, model='resnet18')
+    load, reads=('cifar100_labels',), importable=True, model='resnet18',
+    source='cifar-100-python.tar.gz from '
+    'https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz, or run '
+    '--dataset=tfds:cifar100')
 common.register_dataset(
     'tiny_imagenet', 'Tiny-ImageNet 64x64, 200 classes (val = test): tiny-imagenet-200.zip, '
-    'or imported', load, importable=True, model='resnet18')
+    'or imported', load, importable=True, model='resnet18',
+    source='tiny-imagenet-200.zip from http://cs231n.stanford.edu/tiny-imagenet-200.zip')
 common.register_dataset(
     'emnist', 'EMNIST --emnist_split (default byclass, 62 classes), or emnist_SPLIT: NIST\'s '
-    'gzip.zip, or imported', load, reads=('emnist_split',), model='cnn_emnist')
+    'gzip.zip, or imported', load, reads=('emnist_split',), model='cnn_emnist',
+    source=EMNIST_SOURCE)
 common.register_dataset(
     'svhn', 'SVHN cropped digits 32x32: train_32x32.mat + test_32x32.mat, or imported',
-    load, importable=True, model='cnn_cifar')
+    load, importable=True, model='cnn_cifar',
+    source='train_32x32.mat + test_32x32.mat from http://ufldl.stanford.edu/housenumbers/, '
+    'or run --dataset=tfds:svhn_cropped')
 for _split, _name in zip(EMNIST_SPLITS, EMNIST_NAMES):  # --list shows them as `emnist` only
   common.register_dataset(
       _name, f'EMNIST\'s {_split} split (--dataset=emnist --emnist_split={_split})', load,
-      reads=('emnist_split',), importable=True, shown='', model='cnn_emnist')
+      reads=('emnist_split',), importable=True, shown='', model='cnn_emnist',
+      source=EMNIST_SOURCE.replace('emnist/byclass', f'emnist/{_split}'))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -228,17 +228,27 @@ common.register_dataset(
     load_embedded, files=lambda dataset, data_dir: [EMBEDDED_PATH])
 common.register_dataset(
     'mnist', 'MNIST: --data_dir with the four IDX .gz files, or imported once',
-    load_idx, importable=True, files=_idx_files, classes=10)
+    load_idx, importable=True, files=_idx_files, classes=10,
+    source='train-images-idx3-ubyte.gz and its three siblings from '
+    'http://yann.lecun.com/exdb/mnist/ (mirror https://ossci-datasets.s3.amazonaws.com/'
+    'mnist/), or run --dataset=tfds:mnist')
 common.register_dataset(
     'fashion_mnist', 'Fashion-MNIST: --data_dir with the four IDX .gz files, or imported once',
-    load_idx, importable=True, files=_idx_files, classes=10)
+    load_idx, importable=True, files=_idx_files, classes=10,
+    source='train-images-idx3-ubyte.gz and its three siblings from '
+    'https://github.com/zalandoresearch/fashion-mnist#get-the-data, or run '
+    '--dataset=tfds:fashion_mnist')
 common.register_dataset(
     'cifar10', 'CIFAR-10: cifar-10-python.tar.gz or {train,test}/<class>/*.jpg, or imported',
     load_cifar10_dataset, importable=True, folder_files=_cifar10_files, model='cnn_cifar',
-    classes=10)
+    classes=10, source='cifar-10-python.tar.gz from '
+    'https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz, or run '
+    '--dataset=tfds:cifar10')
 common.register_dataset(
     'usps', 'USPS 16x16 digits: usps.bz2 + usps.t.bz2 (LIBSVM), usps.h5 or usps.npz, or imported',
-    load_usps_dataset, importable=True, folder_files=_usps_files, classes=10)
+    load_usps_dataset, importable=True, folder_files=_usps_files, classes=10,
+    source='usps.bz2 + usps.t.bz2 from '
+    'https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/multiclass.html#usps')
 common.register_dataset(
     'npz:', 'any .npz with x_train, y_train, x_test, y_test (optional d_train, d_test, '
     'domain_names, <column>_train; x_val, y_val: its own validation split; '

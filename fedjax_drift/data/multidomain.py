@@ -325,9 +325,15 @@ common.register_dataset(
     'digits5', 'FedBN\'s five digit domains (MNIST, SVHN, USPS, SynthDigits, MNIST-M), 28x28x3, '
     'domain ids; FedBN\'s digit archive, imported once',
     load, reads=('digits5_parts',), shared=('image_size',), importable=True,
-    folder_files=input_files, model='digit_cnn_bn')
+    folder_files=input_files, model='digit_cnn_bn',
+    source='FedBN\'s digit_dataset.zip from '
+    'https://huggingface.co/datasets/Jemary/FedBN_Dataset/blob/main/digit_dataset.zip')
 common.register_dataset(
     'domainnet', 'FedBN\'s 10-class DomainNet subset, 6 domains, domain ids; FedBN\'s split '
     'files + DomainNet images, imported once at --image_size (default 64)',
     load, shared=('image_size',), importable=True, folder_files=input_files,
-    model='alexnet_bn')
+    model='alexnet_bn',
+    source='FedBN\'s domainnet_dataset.zip from '
+    'https://huggingface.co/datasets/Jemary/FedBN_Dataset/blob/main/domainnet_dataset.zip '
+    'with the six domain zips from http://ai.bu.edu/M3SDA/, or run '
+    '--dataset=tfds:domainnet')

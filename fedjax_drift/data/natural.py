@@ -538,9 +538,15 @@ common.register_dataset(
     'femnist', 'FEMNIST by writer (62 classes, 28x28): TFF\'s fed_emnist_{train,test}.h5, '
     'LEAF\'s train/ + test/ JSON, a Hugging Face folder (flwrlabs/femnist), or imported; '
     'group column writer', load, importable=True, shared=_SHARED,
-    folder_files=_folder_files, model='cnn_emnist', classes=FEMNIST_CLASSES)
+    folder_files=_folder_files, model='cnn_emnist', classes=FEMNIST_CLASSES,
+    source='TFF\'s https://storage.googleapis.com/tff-datasets-public/fed_emnist.tar.bz2, '
+    'LEAF\'s data from https://github.com/TalwalkarLab/leaf, or '
+    'huggingface.co/datasets/flwrlabs/femnist')
 common.register_dataset(
     'shakespeare', 'Shakespeare by speaking role, LEAF\'s next-character task (80 symbols): '
     'TFF\'s shakespeare_{train,test}.h5, LEAF\'s JSON, a Hugging Face folder '
     '(flwrlabs/shakespeare), or imported; group column role',
-    load, importable=True, shared=_SHARED, folder_files=_folder_files, model='char_lstm')
+    load, importable=True, shared=_SHARED, folder_files=_folder_files, model='char_lstm',
+    source='TFF\'s https://storage.googleapis.com/tff-datasets-public/shakespeare.tar.bz2, '
+    'LEAF\'s data from https://github.com/TalwalkarLab/leaf, or '
+    'huggingface.co/datasets/flwrlabs/shakespeare')

@@ -172,8 +172,17 @@ def list_imported():
     print(f'{name:{width}s} {path if os.path.exists(path) else "not imported"}')
 
 
+def sources_text() -> str:
+  """The --help epilog: each dataset and where its files come from (sources.where_to_get)."""
+  table = sources.where_to_get()
+  width = max(map(len, table))
+  return 'where to get the files:\n' + '\n'.join(
+      f'  {name:{width}s}  {where}' for name, where in table.items())
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(prog='fedjax-drift-data', description=__doc__,
+                                   epilog=sources_text(),
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   commands = parser.add_subparsers(dest='command', required=True)
   imp = commands.add_parser('import', help='import the dataset files found under DIR')

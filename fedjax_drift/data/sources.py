@@ -7,9 +7,10 @@ shakespeare), stackoverflow.py, text.py (ag_news, sst5, text:PATH), domains.py
 (digits_domains), multidomain.py (digits5, domainnet) and hub.py (tfds:NAME, hf:NAME). This
 module imports them all, so that they have registered before anything reads the registry, and
 derives from their entries the tables below: the --list summaries (DATASETS), the names
-`fedjax-drift-data import` accepts (IMPORTABLE), the Config fields the loaders take
-(LOAD_OPTIONS), the loader (`load`) and the files a run reads (`dataset_files`). The loaders
-import data/common.py, never this module.
+`fedjax-drift-data import` accepts (IMPORTABLE), where their files come from
+(where_to_get()), the Config fields the loaders take (LOAD_OPTIONS), the loader (`load`)
+and the files a run reads (`dataset_files`). The loaders import data/common.py, never this
+module.
 """
 import numpy as np  # noqa: F401 (tests patch sources.np.savez, numpy's own)
 
@@ -47,6 +48,14 @@ def _options(entries):
 DATASETS = {e.info.shown: e.summary for e in _entries() if e.info.shown}
 # What `fedjax-drift-data import` writes and --dataset=NAME then reads without --data_dir.
 IMPORTABLE = tuple(e.name for e in _entries() if e.info.importable)
+
+
+def where_to_get() -> dict:
+  """{--dataset value: where its files come from} (the `source` beside its registration), for
+  `fedjax-drift-data --help`; datasets with no source (embedded, npz:PATH ...) left out."""
+  return {e.info.shown: e.info.source for e in _entries() if e.info.shown and e.info.source}
+
+
 # Config fields that reach the loaders (load's keyword options).
 LOAD_OPTIONS = _options(_entries())
 

@@ -182,12 +182,16 @@ def read_folder(folder, num_clients=0, seed=0):
   return ds._replace(num_classes=classes)
 
 
+SOURCE = ('https://storage.googleapis.com/tff-datasets-public/stackoverflow.tar.bz2 and '
+          'stackoverflow.word_count.tar.bz2 beside it')
+
+
 def load(dataset, data_dir=None, num_clients=0, seed=0, **_):
   """--dataset=stackoverflow from --data_dir (read_folder); there is no imported copy."""
   del dataset
   if not data_dir:
     raise UserError('--dataset=stackoverflow needs --data_dir: the folder holding TFF\'s '
-                    f'{", ".join(FILES)} and {WORD_COUNT} (docs/data.md)')
+                    f'{", ".join(FILES)} and {WORD_COUNT}; get them from {SOURCE}')
   return read_folder(data_dir, num_clients, seed)
 
 
@@ -197,4 +201,4 @@ common.register_dataset(
     'and stackoverflow.word_count; --num_clients users drawn at load; group column user',
     load, shared=('num_clients', 'seed'),
     folder_files=lambda dataset, folder: [os.path.join(folder, f) for f in FILES + (WORD_COUNT,)],
-    model='word_lstm', classes=VOCAB_SIZE + 4)
+    model='word_lstm', classes=VOCAB_SIZE + 4, source=SOURCE)

@@ -393,8 +393,7 @@ def load_imported(name):
   """The Texts that `fedjax-drift-data import` stored for `name`."""
   path = common.imported_path(name)
   if not os.path.exists(path):
-    raise UserError(f'--dataset={name} needs --data_dir=DIR, or import the files once with '
-                    f'`fedjax-drift-data import DIR --dataset={name}` (nothing at {path})')
+    raise UserError(common.needs_files(name, path, name))
   try:
     with np.load(path, allow_pickle=False) as f:
       if 'text_train' not in f:
@@ -515,10 +514,14 @@ def _register(name, summary, **how):
 IMPORTABLE = (
     _register('ag_news', 'AG News, 4 topics (120,000 / 7,600 texts): ag_news_csv.tgz, or '
               'imported; tokenised (--tokenizer, --max_seq_len)',
-              importable=True, folder_files=_archive_files),
+              importable=True, folder_files=_archive_files,
+              source='Xiang Zhang\'s ag_news_csv.tgz from https://drive.google.com/uc?export='
+              'download&id=0Bz8a_Dbh9QhbUDNpeUdjb0wxRms, or run --dataset=tfds:ag_news_subset'),
     _register('sst5', 'SST-5, 5 sentiment classes (8,544 / 2,210 sentences, dev = validation): '
               'Stanford\'s trainDevTestTrees_PTB.zip, or imported; tokenised',
-              importable=True, folder_files=_archive_files))
+              importable=True, folder_files=_archive_files,
+              source='trainDevTestTrees_PTB.zip from '
+              'https://nlp.stanford.edu/sentiment/trainDevTestTrees_PTB.zip'))
 _register('text:', 'a CSV or JSONL file with text, label and split columns, or a folder with '
           'train.csv|jsonl and test.csv|jsonl; tokenised',
           prefix=True, shown='text:PATH', files=_text_files)
