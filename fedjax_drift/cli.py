@@ -166,7 +166,8 @@ def _run(fedjax_drift, args, argv):
       raise fedjax_drift.UserError('--resume needs --out=RUN_DIR, the run to continue')
     fedjax_drift.resume(args.out, **given)
   else:
-    fedjax_drift.run(fedjax_drift.Config(**_with_usual_model(vars(args), argv)))
+    fedjax_drift.run(fedjax_drift.Config(
+        **_with_personal_split(_with_usual_model(vars(args), argv), argv)))
 
 
 FILE_SKIPS = ('out', 'resume', 'overwrite')  # where and how a rerun writes: this command's
@@ -207,6 +208,32 @@ def _with_usual_model(flags, argv):
   print(f'model: {usual}, the usual one for --dataset={flags["dataset"]} (--model picks '
         'another)', flush=True)
   return {**flags, 'model': usual}
+
+
+def _given(flag, argv) -> bool:
+  return any(t == f'--{flag}' or t.startswith(f'--{flag}=') for t in argv)
+
+
+def _with_personal_split(flags, argv):
+  """flags with --test_partition=like_train when a personalised --algo (ditto, fedrep,
+  pfedme, apfl, local_only; or one in --grid's algo axis) would otherwise have no client test
+  splits to score its clients' own models on (evaluation.resolve refuses that) and the
+  command line gives neither --test_partition nor an --eval_protocol other than auto; says
+  so in one line. The test set is carved like each client's training labels; config.json
+  records it, so --config and --resume run the same."""
+  from fedjax_drift import evaluation, methods  # pylint: disable=g-import-not-at-top
+  if (_given('test_partition', argv) or flags.get('test_partition') != 'none'
+      or flags.get('eval_protocol') != 'auto' or flags.get('partition') == 'domains'):
+    return flags
+  algos = methods.split_grid(flags.get('grid', ''))[0] or [flags['algo']]
+  personal = [a for a in algos if a in evaluation.personal_algorithms()]
+  if not personal:
+    return flags
+  print(f'test split: like_train, each client\'s share of the test set carved like its '
+        f'training labels, so --algo={",".join(personal)} is scored by its clients\' own '
+        'models (--eval_protocol=global scores the global model on the whole test set '
+        'instead)', flush=True)
+  return {**flags, 'test_partition': 'like_train'}
 
 
 def _ignore_signals():

@@ -15,6 +15,11 @@ below a round (algorithms, schedules, the local step) may only do arithmetic wit
 `if config.prox_mu:`, no float(), no shapes or step counts from it (a zero that switches a part
 off skips it only when the field is not gridded; gridded, the part runs with weight 0).
 __post_init__, which runs again at each rebuild, must not read gridable fields either.
+
+Scenario axes (SCENARIO_AXES, fields marked scenario_axis=True: the partition's
+--dirichlet_alpha and --classes_per_client, --local_steps and --local_epochs) may be gridded
+too, but are never traced: they shape each run's host-built data or its step counts only
+(study.py). Every other flag is one value per command; --grid refuses it in one line.
 """
 import dataclasses
 import itertools
@@ -38,12 +43,16 @@ _IMAGES = ('--image_size={image_size} must be >= 0 and --digits5_parts='
            '{digits5_parts} in 1..10')
 
 
-def _f(default, help_text, choices=None, group=None, *, bounds=None, gridable=False):
+def _f(default, help_text, choices=None, group=None, *, bounds=None, gridable=False,
+       scenario_axis=False):
   """A Config field: its default and metadata (help text, choices, --help group, Bounds, and
-  whether --grid may sweep it: gridable fields must be floats that only enter arithmetic)."""
+  whether --grid may sweep it: gridable fields must be floats that only enter arithmetic;
+  scenario_axis fields shape only a run's host-built data or its step counts, see
+  SCENARIO_AXES)."""
   return dataclasses.field(default=default,
                            metadata={'help': help_text, 'choices': choices, 'group': group,
-                                     'bounds': bounds, 'gridable': gridable})
+                                     'bounds': bounds, 'gridable': gridable,
+                                     'scenario_axis': scenario_axis})
 
 
 @dataclasses.dataclass
@@ -113,9 +122,10 @@ class Config:
                        'or pytorch_model.bin), read from local disk', group='model')
   partition: str = _f('dirichlet', 'how training examples are split across clients',
                       group='data')
-  classes_per_client: int = _f(2, 'shards: labels per client (s)', group='data', bounds=AT_LEAST_0)
+  classes_per_client: int = _f(2, 'shards: labels per client (s)', group='data',
+                               bounds=AT_LEAST_0, scenario_axis=True)
   dirichlet_alpha: float = _f(0.5, 'dirichlet / dirichlet_client / quantity concentration',
-                              group='data', bounds=POSITIVE)
+                              group='data', bounds=POSITIVE, scenario_axis=True)
   test_partition: str = _f('none', 'split the test set across clients like the train set',
                            ('none', 'like_train'), group='data')
   val_fraction: float = _f(0.0, 'hold out this share of the training data as a validation '
@@ -146,7 +156,7 @@ class Config:
                      registry.Choices('scenario'), group='data')
   concept_shift_prob: float = _f(0.05, 'concept_shift: probability, before each round, that one '
                                  'class chosen at random gets a new label (FedFOR §4.4)',
-                                 group='data', bounds=UNIT)
+                                 group='data', bounds=UNIT, gridable=True)
   concept_shift_kind: str = _f('relabel', 'concept_shift: relabel = one class takes another '
                                'label (merging with its holders, FedFOR §4.4); swap = two '
                                'classes exchange labels', ('relabel', 'swap'), group='data')
@@ -175,10 +185,10 @@ class Config:
                    'e.g. --init_params)',
                    group='run', bounds=AT_LEAST_0.but(hint='0 = only evaluate the start'))
   local_steps: int = _f(0, 'H local steps per client (exclusive with --local_epochs)',
-                        group='local training', bounds=AT_LEAST_0)
+                        group='local training', bounds=AT_LEAST_0, scenario_axis=True)
   local_epochs: int = _f(0, 'E local epochs: client i runs E*ceil(n_i/B) steps; 0 = 1 '
                          'unless --local_steps is set',
-                         group='local training', bounds=AT_LEAST_0)
+                         group='local training', bounds=AT_LEAST_0, scenario_axis=True)
   batch_size: int = _f(32, 'local minibatch size; 0 = the client\'s full data every step',
                        group='local training', bounds=AT_LEAST_0)
   lr: float = _f(0.05, 'local learning rate eta',
@@ -483,11 +493,12 @@ class Config:
                           '(FedBN); local: a personalised method\'s (local_only, ditto, '
                           'fedrep, pfedme, apfl) clients\' own models on their own test '
                           'splits, accuracy = the mean over clients; auto = local for the '
-                          'personalised methods (refused without client test splits: pass '
-                          '--test_partition=like_train, or --eval_protocol=global to score '
-                          'their global model), fedbn when BatchNorm stays local and clients '
-                          'have test splits (--partition=domains or --test_partition='
-                          'like_train), else global. The run, summary.json and an algo: '
+                          'personalised methods (without client test splits the command '
+                          'line adds --test_partition=like_train and says so, the library '
+                          'refuses; --eval_protocol=global scores their global model), '
+                          'fedbn when BatchNorm stays local and clients have test splits '
+                          '(--partition=domains or --test_partition=like_train), else '
+                          'global. The run, summary.json and an algo: '
                           'grid\'s table.csv name the scored model (scored_model). With test '
                           'splits every protocol also reports the mean, std and worst '
                           'per-client accuracy (metrics.csv client_*)',
@@ -607,20 +618,46 @@ def gridable_fields() -> tuple:
 # counts, variants, buffer sizes, integer and string flags) steers compilation and stays one
 # value per sweep. Marked by gridable=True on the field; see study.py.
 GRIDABLE = gridable_fields()
+# Scenario axes: values that shape only a run's host-built data (its partition) or its step
+# counts, never an array's shape. study.py builds each run's data with its own value, as it
+# does each seed's, and hands per-run step counts to the round as int32 data on the run axis.
+SCENARIO_AXES = tuple(f.name for f in fields() if f.metadata.get('scenario_axis'))
+SWEEPABLE = GRIDABLE + SCENARIO_AXES
+
+
+def _grid_value(name, text):
+  """One --grid value of field `name`, typed as the field is (an int field takes integers)."""
+  value = float(text)
+  if Config.__dataclass_fields__[name].type not in (int, 'int'):
+    return value
+  if not value.is_integer():
+    raise UserError(f'--grid: values of {name} must be integers, got {text.strip()!r}')
+  return int(value)
+
+
+def _refusal(name):
+  """The one-line refusal of --grid axis `name` (a flag, or not one)."""
+  if name not in Config.__dataclass_fields__:
+    return f'--grid: {name!r} cannot be swept; use one of {", ".join(SWEEPABLE)}'
+  return (f'--grid: {name!r} cannot be swept: --{name} sets the compiled program\'s shapes or '
+          f'structure (give one value per command); sweepable: {", ".join(SWEEPABLE)}')
 
 
 def parse_grid(text):
-  """'lr:0.01,0.05;beta:0.8,0.9' -> {'lr': [0.01, 0.05], 'beta': [0.8, 0.9]}."""
+  """'lr:0.01,0.05;beta:0.8,0.9' -> {'lr': [0.01, 0.05], 'beta': [0.8, 0.9]} (an int
+  field's values as ints)."""
   grid = {}
   for item in [t for t in (text or '').split(';') if t.strip()]:
     name, _, values = item.partition(':')
     name = name.strip()
-    if name not in GRIDABLE:
-      raise UserError(f'--grid: {name!r} cannot be swept; use one of {", ".join(GRIDABLE)}')
+    if name not in SWEEPABLE:
+      raise UserError(_refusal(name))
     if name in grid:
       raise UserError(f'--grid: {name} appears twice')
     try:
-      grid[name] = [float(v) for v in values.split(',') if v.strip()]
+      grid[name] = [_grid_value(name, v) for v in values.split(',') if v.strip()]
+    except UserError:
+      raise
     except ValueError:
       raise UserError(f'--grid: values of {name} must be numbers, got {values!r}') from None
     if not grid[name]:

@@ -18,7 +18,7 @@ client i's batches fold_in(fold_in(., 1), i), so results do not depend on the st
 chunk width or the client's position in the cohort.
 """
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,10 +35,18 @@ from fedjax_drift import unreliable as unreliable_clients
 
 
 class Schedule(NamedTuple):
-  """Local work: exactly one of local_steps / local_epochs is set (static)."""
-  batch_size: int            # 0 = the client's full data every step
-  local_steps: int = 0       # H, the same for every client
-  local_epochs: int = 0      # E: client i runs E * ceil(n_i / B) steps
+  """Local work: exactly one of local_steps / local_epochs is set. Static Python ints for a
+  lone run; in a study whose runs differ in them (--grid over local_steps / local_epochs) each
+  run's value is an int32 scalar traced on the run axis (0 = not set), and the static loop
+  bound (max_local_steps) is the largest run's."""
+  batch_size: int            # 0 = the client's full data every step (always static)
+  local_steps: Any = 0       # H, the same for every client
+  local_epochs: Any = 0      # E: client i runs E * ceil(n_i / B) steps
+
+
+def is_static(value) -> bool:
+  """Whether a Schedule value is a Python (or numpy) int, not a traced per-run value."""
+  return isinstance(value, (int, np.integer))
 
 
 def steps_per_epoch(counts, batch_size):
@@ -49,7 +57,11 @@ def steps_per_epoch(counts, batch_size):
 
 
 def client_steps(counts, schedule: Schedule):
-  """H_i for every client (works on numpy and jax arrays)."""
+  """H_i for every client (works on numpy and jax arrays). A traced local_steps (a per-run
+  value) picks per run: H where it is > 0, else E * ceil(n_i / B)."""
+  if not is_static(schedule.local_steps):
+    per_epoch = steps_per_epoch(counts, schedule.batch_size) * schedule.local_epochs
+    return jnp.where(schedule.local_steps > 0, counts * 0 + schedule.local_steps, per_epoch)
   if schedule.local_steps:
     return counts * 0 + schedule.local_steps
   return steps_per_epoch(counts, schedule.batch_size) * schedule.local_epochs
@@ -334,7 +346,8 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
   scenario = scenario or scenarios.static()
   # Whether the cohort's clients may own different step counts (static): epochs of unequal
   # data, or stragglers; with equal steps the order stays as sampled and the program as is.
-  steps_differ = not schedule.local_steps or unreliable is not None
+  steps_differ = (not is_static(schedule.local_steps) or not schedule.local_steps
+                  or unreliable is not None)
 
   def round_fn(state: ServerState, data: FederatedData):
     num_clients = data.client_count.shape[0]

@@ -8,11 +8,15 @@ The compiled step runs every run's round: `--run_chunk` runs vmapped together, t
 after another; inside each run, clients run as `--client_parallelism`/`--cohort_chunk` say and
 over `--devices`.
 
-Which flags may be gridded (config.GRIDABLE): float hyperparameters that only enter arithmetic.
-A gridded flag that differs between runs is traced, so one program serves every point; flags
-that change shapes or the program's structure (model, algorithm, local steps, batch size,
-cohort size, variants, buffer sizes) are static and cannot be gridded. A zero that switches a
-part off (e.g. --prox_mu=0) skips the part when static; gridded, the part runs with weight 0.
+Which flags may be gridded (config.SWEEPABLE): float hyperparameters that only enter arithmetic
+(config.GRIDABLE), and scenario axes (config.SCENARIO_AXES). A gridded hyperparameter that
+differs between runs is traced, so one program serves every point. A scenario axis is read on
+the host: each run's partition is built with its own --dirichlet_alpha / --classes_per_client
+as each seed's is, and --local_steps / --local_epochs that differ between runs reach the round
+as int32 values on the run axis (`per_run_schedule`), the loop bound the largest run's. Flags
+that change shapes or the program's structure (model, algorithm, batch size, number of clients,
+variants, buffer sizes) are static and cannot be gridded. A zero that switches a part off
+(e.g. --prox_mu=0) skips the part when static; gridded, the part runs with weight 0.
 """
 import dataclasses
 import functools
@@ -513,6 +517,7 @@ def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
   traced = tuple(n for n in GRIDABLE if len({getattr(s.config, n) for s in runs}) > 1)
   inputs = {'hp': {n: jnp.asarray([getattr(e.config, n) for e in padded], jnp.float32)
                    for n in traced},
+            'schedule': per_run_schedule(padded),
             'server_data': (_stack([e.server_data for e in padded])
                             if padded[0].server_data is not None else None)}
   diag = diagnostics.step_inputs(experiments[0])
@@ -533,6 +538,15 @@ def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
     state = state._replace(clients=_stack([e.state.clients for e in padded]))
   return Study(config, runs, experiments, traced, width,
                _stack_tables([e.data for e in padded]), inputs, state, step, max_local_steps)
+
+def per_run_schedule(experiments) -> dict:
+  """{'local_steps' / 'local_epochs': int32 [R]} for those of the experiments' Schedule values
+  that differ between runs (a --grid over them), {} when every run has the same: the round then
+  takes the static Schedule, and a lone run's program is unchanged."""
+  return {n: jnp.asarray([getattr(e.schedule, n) for e in experiments], jnp.int32)
+          for n in ('local_steps', 'local_epochs')
+          if len({getattr(e.schedule, n) for e in experiments}) > 1}
+
 
 
 def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk, scenario,
@@ -564,6 +578,15 @@ def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk
 
   return round_fn
 
+def _run_scenario(exp: Experiment, config: Config, hp: dict):
+  """The run's scenario: exp's, or rebuilt from config when a traced value (hp) is one the
+  scenario reads (--grid over --concept_shift_prob), so that each run draws with its own."""
+  if not set(hp) & set(registry.get('scenario', config.scenario).reads):
+    return exp.scenario
+  return registry.build('scenario', config.scenario, config,
+                        num_classes=exp.dataset.num_classes, y_train=exp.dataset.y_train)
+
+
 
 def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
   """(state, data, inputs) -> (state, metrics) for every run: each run's algorithm is built
@@ -571,9 +594,11 @@ def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
 
   def one_run(state, index, count, hist, run_inputs, data, probe, cohorts):
     config = dataclasses.replace(base, **run_inputs['hp'])
-    round_fn = scheduled_round(config, exp.model, run_inputs['server_data'], exp.schedule,
-                               max_local_steps, exp.chunk, exp.scenario, exp.pipeline, probe,
-                               cohorts, base.client_state == 'host')
+    schedule = exp.schedule._replace(**run_inputs['schedule'])
+    round_fn = scheduled_round(config, exp.model, run_inputs['server_data'], schedule,
+                               max_local_steps, exp.chunk, _run_scenario(exp, config,
+                                                                         run_inputs['hp']),
+                               exp.pipeline, probe, cohorts, base.client_state == 'host')
     return round_fn(state, data._replace(client_index=index, client_count=count,
                                          label_hist=hist))
 

@@ -57,7 +57,7 @@ SWEPT = {'lr', 'server_lr', 'beta', 'beta_local', 'beta_global', 'phi', 'kd_lamb
          'server_tau', 'server_beta1', 'server_beta2', 'local_momentum', 'weight_decay',
          'lr_decay', 'lr_min', 'dropout_prob', 'straggler_frac', 'ditto_lambda',
          'fedrep_head_fraction', 'pfedme_lambda', 'pfedme_personal_lr', 'apfl_alpha',
-         'apfl_alpha_lr'}
+         'apfl_alpha_lr', 'concept_shift_prob'}
 
 BOUNDED = [f.name for f in config.fields() if f.metadata.get('bounds') is not None]
 

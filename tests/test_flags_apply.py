@@ -96,7 +96,8 @@ def test_every_gridable_hyperparameter_is_read_by_some_algorithm():
   read_somewhere = set().union(*(applies.reads(Config(algo=a)) for a in algorithms.NAMES),
                                applies.reads(Config(local_optimizer='sgd')),
                                *(applies.reads(Config(lr_schedule=s))
-                                 for s in ('step', 'cosine')))
+                                 for s in ('step', 'cosine')),
+                               applies.reads(Config(scenario='concept_shift')))
   unchecked = set(config_lib.GRIDABLE) - applies.DECLARED  # read by every run
   assert set(config_lib.GRIDABLE) <= read_somewhere | unchecked
 

@@ -1,0 +1,72 @@
+"""`python experiments/run.py --algo=X` works for every X on defaults (issue 44 item 5).
+
+The personalised methods (ditto, fedrep, pfedme, apfl, local_only) are scored by their
+clients' own models, which needs client test splits: on the command line, with neither
+--test_partition nor an --eval_protocol other than auto, the test set is carved like the
+clients' training labels (--test_partition=like_train) and the run says so in one line,
+instead of the refusal evaluation.resolve gives a Config without splits."""
+import dataclasses
+import json
+import os
+
+import pytest
+
+from fedjax_drift import Config, cli, config_checks, evaluation, study
+from fedjax_drift.errors import UserError
+from test_cli import cli as run_cli
+
+DEFAULTS = {f: getattr(Config(), f) for f in ('algo', 'test_partition', 'eval_protocol',
+                                               'partition', 'grid')}
+
+
+def _scored(config):
+  config_checks.personalization(config)
+  return study.eval_protocol(config)
+
+
+def _split(argv, **flags):
+  return cli._with_personal_split({**DEFAULTS, **flags}, argv)  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize('algo', evaluation.personal_algorithms())
+def test_a_personalised_algo_gets_client_test_splits_and_says_so(algo, capsys):
+  with pytest.raises(UserError, match='test split'):  # the library alone still refuses
+    _scored(Config(algo=algo))
+  flags = _split([f'--algo={algo}'], algo=algo)
+  assert flags['test_partition'] == 'like_train'
+  assert capsys.readouterr().out.startswith(f'test split: like_train, each client\'s share '
+                                            f'of the test set carved like its training '
+                                            f'labels, so --algo={algo} is scored')
+  assert _scored(dataclasses.replace(Config(), **flags)) == 'local'
+
+
+@pytest.mark.parametrize('argv,flags', [
+    (['--algo=fedavg'], {'algo': 'fedavg'}),
+    (['--algo=ditto', '--test_partition=none'], {'algo': 'ditto'}),
+    (['--algo=ditto', '--eval_protocol=global'], {'algo': 'ditto', 'eval_protocol': 'global'}),
+    (['--algo=ditto', '--partition=domains'], {'algo': 'ditto', 'partition': 'domains'}),
+])
+def test_otherwise_nothing_changes(argv, flags, capsys):
+  assert _split(argv, **flags) == {**DEFAULTS, **flags}
+  assert capsys.readouterr().out == ''
+
+
+def test_a_methods_grid_with_a_personalised_method(capsys):
+  flags = _split(['--grid=algo:fedavg,ditto'], grid='algo:fedavg,ditto')
+  assert flags['test_partition'] == 'like_train'
+  assert '--algo=ditto is scored' in capsys.readouterr().out
+  assert _split(['--grid=algo:fedavg,fedprox'], grid='algo:fedavg,fedprox') == {
+      **DEFAULTS, 'grid': 'algo:fedavg,fedprox'}
+
+
+@pytest.mark.slow
+def test_ditto_runs_on_the_command_line_defaults(tmp_path):
+  out = run_cli('--algo=ditto', '--rounds=1', '--local_steps=1', '--local_epochs=0',
+                '--num_clients=4', '--clients_per_round=2', '--progress=false',
+                f'--out={tmp_path / "run"}')
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.startswith('test split: like_train'), out.stdout
+  with open(tmp_path / 'run' / 'config.json', encoding='utf-8') as f:
+    assert json.load(f)['test_partition'] == 'like_train'  # --config and --resume: the same
+  with open(os.path.join(tmp_path, 'run', 'summary.json'), encoding='utf-8') as f:
+    assert json.load(f)['scored_model'] == 'personal'

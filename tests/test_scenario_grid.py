@@ -1,0 +1,102 @@
+"""Scenario values as --grid axes (issue 46 item 1): the partition's α and shards, the local
+work, the concept-shift and dropout rates, each run of one compiled sweep equal, bit for bit,
+to the lone run with those values."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import fedjax_drift
+from fedjax_drift import config as config_lib
+from fedjax_drift.errors import UserError
+from helpers import QUIET, csv_rows, sweep_config
+from test_cli import RUN, cli
+
+COLUMNS = ('test_loss', 'test_accuracy')
+
+
+def _metrics(path, **match):
+  return [{k: r[k] for k in COLUMNS} for r in csv_rows(path, **match)]
+
+
+def _sweep_equals_single_runs(npz, tmp_path, grid, **extra):
+  """Runs `grid` x 2 seeds as one program, then each of its runs alone; asserts their
+  metrics equal, string for string (the CSVs carry every float's shortest repr)."""
+  summary = fedjax_drift.run(sweep_config(npz, tmp_path / 'sweep', seeds=2, grid=grid, **extra),
+                             **QUIET)
+  assert summary['segment_compilations'] == 1
+  runs = csv_rows(tmp_path / 'sweep' / 'runs.csv')
+  points = config_lib.grid_points(config_lib.parse_grid(grid))
+  assert len(runs) == 2 * len(points) and all(r['status'] == 'ok' for r in runs)
+  single_extra = {k: v for k, v in extra.items() if k != 'run_chunk'}
+  for run in runs:
+    point = dict(points[int(run['run']) // 2])
+    out = tmp_path / f'single-{run["run"]}'
+    fedjax_drift.run(sweep_config(npz, out, seed=int(run['seed']), **{**single_extra, **point}),
+                     **QUIET)
+    assert _metrics(tmp_path / 'sweep' / 'metrics.csv', run=run['run']) == \
+        _metrics(out / 'metrics.csv'), (run, point)
+  return runs
+
+
+def test_parse_grid_types_scenario_axes_and_refuses_shapes():
+  grid = config_lib.parse_grid('local_epochs:1,2;dirichlet_alpha:0.1,1')
+  assert grid == {'local_epochs': [1, 2], 'dirichlet_alpha': [0.1, 1.0]}
+  assert all(type(v) is int for v in grid['local_epochs'])
+  with pytest.raises(UserError, match='values of classes_per_client must be integers'):
+    config_lib.parse_grid('classes_per_client:1.5')
+  for flag in ('num_clients', 'model', 'gkd_buffer', 'batch_size'):
+    with pytest.raises(UserError, match=f"--{flag} sets the compiled program's shapes") as e:
+      config_lib.parse_grid(f'{flag}:1,2')
+    assert '\n' not in str(e.value)
+
+
+@pytest.mark.parametrize('grid,extra', [
+    ('dirichlet_alpha:0.3,3', dict(run_chunk=1)),
+    ('local_epochs:1,3', {}),
+    ('local_steps:2,5', dict(local_epochs=0, local_steps=2, run_chunk=1)),
+    ('concept_shift_prob:0.2,0.9', dict(scenario='concept_shift', rounds=6, eval_every=1,
+                                        run_chunk=1)),
+    ('dropout_prob:0,0.5', dict(run_chunk=1)),
+])
+@pytest.mark.slow
+def test_scenario_sweep_runs_equal_single_runs(tiny_npz, tmp_path, grid, extra):
+  _sweep_equals_single_runs(tiny_npz, tmp_path, grid, **extra)
+
+
+@pytest.mark.slow
+def test_shards_and_epochs_together_equal_single_runs(tiny_npz, tmp_path):
+  _sweep_equals_single_runs(tiny_npz, tmp_path, 'classes_per_client:1,2;local_epochs:1,2',
+                            partition='shards', run_chunk=1)
+
+
+@pytest.mark.slow
+def test_kill_9_mid_scenario_sweep_then_resume_is_bit_identical(tiny_npz, tmp_path):
+  args = [f'--dataset=npz:{tiny_npz}', '--model=mlp', '--num_clients=6', '--clients_per_round=3',
+          '--local_steps=0', '--local_epochs=1', '--batch_size=2', '--rounds=12',
+          '--eval_every=1', '--checkpoint_every=2', '--progress=false', '--seeds=2',
+          '--grid=dirichlet_alpha:0.3,3;local_epochs:4,8']
+  straight, killed = tmp_path / 'straight', tmp_path / 'killed'
+  assert cli(*args, f'--out={straight}', f'--save_params={tmp_path}/a.npz').returncode == 0
+  proc = subprocess.Popen([sys.executable, RUN, *args, f'--out={killed}'],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 300
+  while proc.poll() is None and time.time() < deadline and len(
+      csv_rows(killed / 'metrics.csv') if (killed / 'metrics.csv').exists() else []) < 8 * 5:
+    time.sleep(0.02)
+  assert proc.poll() is None, 'the sweep finished before it could be killed'
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  resumed = cli('--resume', f'--out={killed}', '--progress=false',
+                f'--save_params={tmp_path}/b.npz')
+  assert resumed.returncode == 0, resumed.stderr
+  drop = lambda rows: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in rows]
+  for name in ('metrics.csv', 'rounds.csv', 'runs.csv'):
+    assert drop(csv_rows(straight / name)) == drop(csv_rows(killed / name)), name
+  a, b = np.load(tmp_path / 'a.npz'), np.load(tmp_path / 'b.npz')
+  for name in a.files:
+    np.testing.assert_array_equal(a[name], b[name])
