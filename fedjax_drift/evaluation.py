@@ -56,9 +56,11 @@ def scored_model(protocol) -> str:
   return SCORED[protocol]
 
 # metrics.csv columns from clients' own test splits (CLIENT_COLUMNS[:3] with any protocol when
-# clients have test splits; the last with --eval_protocol=local).
+# clients have test splits; the others with --eval_protocol=local, the last but for local_only,
+# which trains no global model: the global model's mean over clients of its accuracy on each
+# client's own split, beside the personal models' client_mean_accuracy).
 CLIENT_COLUMNS = ('client_mean_accuracy', 'client_std_accuracy', 'client_worst_accuracy',
-                  'global_test_mean_accuracy')
+                  'global_test_mean_accuracy', 'global_client_mean_accuracy')
 
 
 def keeps_norms_local(recipe) -> bool:
@@ -421,8 +423,9 @@ def _make_local(study) -> Evaluator:
   """--eval_protocol=local (a personalised algorithm: local_only, Ditto, ...): client i's own
   model (algo.personal: local_only's theta_i, Ditto's v_i) on its own test split; the run's accuracy and loss
   are the unweighted means over the clients that hold test examples, with CLIENT_COLUMNS[:3]
-  from the same numbers, and global_test_mean_accuracy the mean over clients of each model's
-  accuracy on the whole test set. Clients go one after another (lax.map), each split in
+  from the same numbers, global_test_mean_accuracy the mean over clients of each model's
+  accuracy on the whole test set, and (but for local_only) global_client_mean_accuracy the
+  global model's on the same splits, the usual global-vs-personalised pair. Clients go one after another (lax.map), each split in
   batches of --eval_batch_size (padded to the largest split, masked). No per-domain columns."""
   cfg, exp = study.config, study.experiments[0]
   ds = exp.dataset
@@ -453,26 +456,33 @@ def _make_local(study) -> Evaluator:
                                       jnp.arange(rows.shape[0]).reshape(-1, batch)))
     return loss.sum() / jnp.maximum(n, 1), correct.sum() / jnp.maximum(n, 1)
 
-  def one_run(models, concept, index, count, x, y):
+  has_global = cfg.algo != 'local_only'  # local_only's params are never trained
+
+  def one_run(models, global_params, concept, index, count, x, y):
     y = exp.scenario.relabel(concept, y)
 
     def one_client(args):
       params, rows, n = args
       loss, acc = own_split(params, x, y, rows, n)
-      return loss, acc, whole_set(params, x, y)[1]
+      on_split = own_split(global_params, x, y, rows, n)[1] if has_global else acc
+      return loss, acc, whole_set(params, x, y)[1], on_split
 
     return jax.lax.map(one_client, (models, index, count))
 
   def all_runs(state, inputs):
-    loss, acc, whole = engine.over_runs(
-        lambda m, s, i, c: one_run(m, s, i, c, inputs['x'], inputs['y']),
-        (_own_models(exp.algo, state), state.scenario, inputs['index'],
+    loss, acc, whole, by_global = engine.over_runs(
+        lambda m, g, s, i, c: one_run(m, g, s, i, c, inputs['x'], inputs['y']),
+        (_own_models(exp.algo, state), state.params, state.scenario, inputs['index'],
          inputs['count']), study.width)
     stats = client_summary(acc, inputs['count'])
     present = (inputs['count'] > 0).astype(jnp.float32)
     n = jnp.maximum(present.sum(-1), 1)
-    return {'loss': (loss * present).sum(-1) / n, 'accuracy': stats['client_mean_accuracy'],
-            **stats, 'global_test_mean_accuracy': whole.mean(-1)}
+    out = {'loss': (loss * present).sum(-1) / n, 'accuracy': stats['client_mean_accuracy'],
+           **stats, 'global_test_mean_accuracy': whole.mean(-1)}
+    if has_global:
+      out['global_client_mean_accuracy'] = client_summary(
+          by_global, inputs['count'])['client_mean_accuracy']
+    return out
 
   inputs = {'x': jnp.asarray(ds.x_test), 'y': jnp.asarray(ds.y_test),
             'index': jnp.asarray(index), 'count': jnp.asarray(count)}

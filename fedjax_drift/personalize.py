@@ -97,11 +97,15 @@ def calibrator(model, params, train, test, schedule, lr, term=None, prox_mu=0.01
 
 
 def summarize(before, after, num_test):
+  """Per-client accuracies of the global model (`before`) and the calibrated ones (`after`),
+  [N] each, and the clients' test counts [N] -> the summary's 'personalization': over the
+  clients with test examples, each model's mean, std (ddof 0), min and max, and the mean gain."""
   keep = num_test > 0
   b, a = before[keep], after[keep]
   return {
       'clients_evaluated': int(keep.sum()),
       'global_model_mean_accuracy': float(b.mean()), 'global_model_std_accuracy': float(b.std()),
+      'global_model_min_accuracy': float(b.min()), 'global_model_max_accuracy': float(b.max()),
       'calibrated_mean_accuracy': float(a.mean()), 'calibrated_std_accuracy': float(a.std()),
       'calibrated_min_accuracy': float(a.min()), 'calibrated_max_accuracy': float(a.max()),
       'mean_gain': float((a - b).mean()),

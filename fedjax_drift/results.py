@@ -204,6 +204,10 @@ def run_summary(study, prog, spec) -> dict:
                  carried(prog.round_rows, spec.index, rows[-1]['round']).items()})
   if domains:  # metrics.csv has every evaluation's; the summary keeps the final ones
     result['final_domain_accuracy'] = domains
+  if 'global_client_mean_accuracy' in rows[-1]:  # a personalised method: both models
+    result['final_global_vs_personal'] = {
+        'personal': rows[-1]['client_mean_accuracy'],
+        'global': rows[-1]['global_client_mean_accuracy']}
   if cfg.scenario == 'concept_shift':
     shifts = concept_shifts(prog, spec.index, cfg.concept_shift_kind)
     result['concept_shifts'] = shifts
