@@ -176,6 +176,9 @@ def _write_failure(path, error) -> str:
     if entry.startswith(name + '.orbax-checkpoint-tmp'):
       shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
   run_dir = os.path.dirname(parent)
+  if not any(e.isdigit() and e != name for e in os.listdir(parent)):  # nothing to resume
+    return (f'cannot write the checkpoint {path}: {reason}; no checkpoint was kept: make '
+            'room, then run the same command again')
   return (f'cannot write the checkpoint {path}: {reason}; earlier checkpoints are intact: '
           f'make room, then continue with --resume --out={run_dir}')
 

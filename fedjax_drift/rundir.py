@@ -286,6 +286,25 @@ def clear(run_dir, mode, inputs=()) -> list:
   return entries
 
 
+def undo(record) -> list:
+  """Removes what the run of `record` created in its directory (its recorded entries, its
+  temporaries, then the record itself): for a new run that failed before any checkpoint, so
+  that the same command runs again without --overwrite. Nothing unrecorded is touched.
+  Returns the removed base names."""
+  names = [n for n in record.data['entries'] if os.path.lexists(os.path.join(record.run_dir, n))]
+  for name in names:
+    path = os.path.join(record.run_dir, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      with contextlib.suppress(OSError):
+        os.remove(path)
+  names += remove_temporaries(record)
+  with contextlib.suppress(OSError):
+    os.remove(record.path)
+  return names
+
+
 def remove_temporaries(record) -> list:
   """Removes the temporary files a killed run left, only those matching the record's
   temporary names; returns their base names."""

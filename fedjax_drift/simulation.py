@@ -29,7 +29,7 @@ from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
 from fedjax_drift.data import federated
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import DivergenceError, UserError
 from fedjax_drift.study import (Experiment, Study, absolutize, build,  # noqa: F401
                                 eval_protocol, input_flags, plan, prepare)
 
@@ -106,17 +106,33 @@ def _run(config, log):
       out = _open_run_dir(study, run_dir, log, fingerprint)
       if _finished(out, config):
         return _already_finished(study, out, log)
-      _log_header(study, compiled, run_dir, log)
-      state, history, train_s = _loop(study, compiled, out, log)
-      # Not deferred (personalisation may be long): each result file is replaced whole, and
-      # after a Ctrl-C here --resume writes them all again from the final checkpoint.
-      return _finish(study, compiled, out, state, history, train_s,
-                     time.perf_counter() - t0, log)
+      with _undone_on_failure(out, config):
+        _log_header(study, compiled, run_dir, log)
+        state, history, train_s = _loop(study, compiled, out, log)
+        # Not deferred (personalisation may be long): each result file is replaced whole,
+        # and after a Ctrl-C here --resume writes them all again from the final checkpoint.
+        return _finish(study, compiled, out, state, history, train_s,
+                       time.perf_counter() - t0, log)
   except KeyboardInterrupt as e:
     signum = interrupts.received() or getattr(e, 'signum', signal.SIGINT)
     has_checkpoint = bool(results.checkpoint_rounds(run_dir))  # not orbax: its import is slow
     raise interrupts.Interrupted(interrupts.message(run_dir, has_checkpoint, signum),
                                  signum) from None
+
+
+@contextlib.contextmanager
+def _undone_on_failure(out, config):
+  """A new run (not --resume) that fails with a UserError or OSError (a full disk, say)
+  before its first checkpoint removes what it created in its directory (rundir.undo: only
+  its recorded entries and its record), so the same command then runs again without
+  --overwrite; a run with a checkpoint, a resumed one and a diverged one keep their files."""
+  try:
+    yield
+  except (UserError, OSError) as e:
+    if (not isinstance(e, DivergenceError) and not config.resume and out.record is not None
+        and distributed.is_writer() and not out.checkpointer.rounds()):
+      rundir.undo(out.record)
+    raise
 
 
 def _check_outputs(config):

@@ -300,12 +300,18 @@ def test_full_disk_during_a_checkpoint_is_one_line(tiny_npz, unequal_partition, 
   monkeypatch.setattr(ocp.CheckpointManager, 'save', full)
   out = tmp_path / 'run'
   capfd.readouterr()
+  config = tiny_config(tiny_npz, unequal_partition, rounds=2, out=str(out))
   with pytest.raises(fedjax_drift.UserError,
-                     match=r'checkpoint .*checkpoints/1: No space left on device'):
-    fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, rounds=2, out=str(out)),
-                     log=lambda *_: None)
+                     match=r'checkpoint .*checkpoints/1: No space left on device; no '
+                           'checkpoint was kept: make room, then run the same command again'):
+    fedjax_drift.run(config, log=lambda *_: None)
   assert capfd.readouterr().err == ''
-  assert os.listdir(out / 'checkpoints') == []  # the partial step is gone
+  # The partial step is gone, and with no checkpoint kept so is all the run created
+  # (issue 45 item 13): the same command runs again without --overwrite.
+  assert not out.exists()
+  monkeypatch.undo()
+  fedjax_drift.run(config, log=lambda *_: None)
+  assert (out / 'summary.json').exists()
 
 
 def test_full_disk_writing_a_result_file_names_it(tmp_path, monkeypatch):
