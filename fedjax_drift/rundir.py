@@ -341,6 +341,20 @@ def open_record(run_dir, resume, mode, inputs=(), log=print):
   return Record.new(run_dir)
 
 
+def unknown_flag_error(run_dir, flag) -> UserError:
+  """The one line for a run whose config.json sets --`flag`, which this version lacks: it
+  names the file and the version that wrote the run (its record's), most likely a newer one."""
+  try:
+    record = Record.load(run_dir)
+  except UserError:
+    record = None
+  wrote = record.data.get('version') if record is not None else None
+  by = f'fedjax-drift {wrote}' if wrote else 'another version of fedjax-drift'
+  return UserError(f'--resume: {os.path.join(run_dir, "config.json")} sets --{flag}, which '
+                   f'fedjax-drift {__version__} does not have: the run was written by {by} '
+                   '(a newer one?); resume it with that version')
+
+
 def read_run_config(run_dir) -> dict:
   """config.json of an existing run of this tool; UserError if run_dir holds none."""
   path = os.path.join(run_dir, 'config.json')

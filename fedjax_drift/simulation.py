@@ -627,7 +627,12 @@ def resume(run_dir, log=print, **overrides) -> dict:
                       f'(saved {saved.get(name)!r}); only --rounds, --progress and '
                       '--save_params may')
   allowed = {k: v for k, v in overrides.items() if k in RESUME_OVERRIDES}
-  config = config_from_dict({**saved, **allowed, 'resume': True, 'out': run_dir})
+  try:
+    config = config_from_dict({**saved, **allowed, 'resume': True, 'out': run_dir})
+  except UserError as e:  # 'unknown flag --X': a flag of the version that wrote the run
+    if str(e).startswith('unknown flag --'):
+      raise rundir.unknown_flag_error(run_dir, str(e)[len('unknown flag --'):]) from None
+    raise
   return run(config, log)
 
 

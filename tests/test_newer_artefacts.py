@@ -57,3 +57,15 @@ def test_a_config_edited_with_the_records_copy_says_so(finished, tmp_path):
     fedjax_drift.resume(str(run_dir), rounds=3)
   assert 'was edited since' in str(e.value) and '()' not in str(e.value)
   assert 'copy of the flags was edited too' in str(e.value)
+
+
+def test_a_config_with_a_newer_versions_flag_names_the_file_and_version(finished, tmp_path):
+  """issue 45 item 13: not a bare "unknown flag"."""
+  run_dir = _copy(finished, tmp_path)
+  _edit_json(run_dir / 'config.json', flag_of_the_future=1)
+  _edit_json(run_dir / rundir.MARKER, version='9.0')
+  with pytest.raises(fedjax_drift.UserError) as e:
+    fedjax_drift.resume(str(run_dir), rounds=3)
+  line = str(e.value)
+  assert line.startswith(f'--resume: {run_dir / "config.json"} sets --flag_of_the_future, ')
+  assert 'written by fedjax-drift 9.0 (a newer one?)' in line and '\n' not in line
