@@ -117,3 +117,14 @@ def test_import_of_the_cifar10_jpeg_tarball_leaves_no_second_copy(tmp_path):
   # A run straight from the tarball still caches its decode (that is the only copy then).
   sources.load_cifar10_jpeg(str(tmp_path / 'in'))
   assert any(f.startswith('cifar10-') for f in os.listdir(cache))
+
+
+def test_importing_again_says_which_copy_it_replaces(tmp_path, cache, capsys):
+  """issue 45 item 13: a second import of a dataset names the earlier copy it replaces."""
+  fixtures.write_idx_dir(str(tmp_path / 'plain'))
+  assert prepare.main(['import', str(tmp_path / 'plain'), '--dataset=mnist']) == 0
+  assert 'replacing' not in capsys.readouterr().out
+  assert prepare.main(['import', str(tmp_path / 'plain'), '--dataset=mnist']) == 0
+  lines = capsys.readouterr().out.strip().splitlines()
+  assert lines[0].startswith(f'mnist: replacing the earlier import '
+                             f'{sources.imported_path("mnist")} (written '), lines

@@ -38,6 +38,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -148,6 +149,7 @@ def import_dir(root, dataset='', image_size=0):
   for name, reader in found:
     name = dataset or name
     arrays = reader()
+    _say_if_replacing(name)
     if isinstance(arrays, text.Texts):  # stored as texts, tokenised when loaded
       if name not in text.IMPORTABLE:
         raise UserError(f'--dataset={name}: {root} holds text files, not {name}\'s')
@@ -163,6 +165,15 @@ def import_dir(root, dataset='', image_size=0):
           f'{sources.imported_path(name)}')
     names.append(name)
   return names
+
+
+def _say_if_replacing(name):
+  """Prints one line when `name` was imported before: which copy (its path and when it was
+  written) this import replaces."""
+  path = sources.imported_path(name)
+  if os.path.exists(path):
+    when = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(os.path.getmtime(path)))
+    print(f'{name}: replacing the earlier import {path} (written {when})')
 
 
 def list_imported():
