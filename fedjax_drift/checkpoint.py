@@ -183,6 +183,18 @@ def _write_failure(path, error) -> str:
           f'make room, then continue with --resume --out={run_dir}')
 
 
+def _remove_unfinished(directory) -> list:
+  """Removes the unfinished steps (<step>.orbax-checkpoint-tmp*) that a killed write left in
+  `directory`; orbax would remove one only when saving the same step again, and then with a
+  warning line from absl on stderr. Returns the removed names."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  names = [n for n in os.listdir(directory) if '.orbax-checkpoint-tmp' in n] \
+      if os.path.isdir(directory) else []
+  for name in names:
+    shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+  return names
+
+
 class Checkpointer:
   """Saves and restores (state, history) under RUN_DIR/checkpoints/<round>.
 
@@ -226,6 +238,8 @@ class Checkpointer:
     if self.identity is not None:
       history = {**history, '_run': dict(self.identity)}
     step = int(np.asarray(state.round).reshape(-1)[0]) if step is None else int(step)
+    if jax.process_index() == 0:  # the others wait in orbax's barrier before writing
+      _remove_unfinished(self.directory)
     for bad in self._damaged + ([step] if step in manager.all_steps() else []):
       if bad in manager.all_steps():
         manager.delete(bad)

@@ -23,3 +23,21 @@ def test_reliability_page_says_float_rounding_for_sweeps_without_diverged_points
     text = ' '.join(f.read().split())
   assert 'without the diverged points to float rounding' in text
   assert 'bit for bit those of the sweep without the diverged points' not in text
+
+
+def test_a_killed_checkpoint_write_leaves_no_warning_on_resume(tiny_npz, unequal_partition,
+                                                               tmp_path, caplog):
+  """The unfinished step a killed write left is removed before the next save, silently
+  (orbax would warn through absl when writing that step again)."""
+  import logging  # pylint: disable=g-import-not-at-top
+  import fedjax_drift  # pylint: disable=g-import-not-at-top
+  from helpers import tiny_config  # pylint: disable=g-import-not-at-top
+  out = tmp_path / 'run'
+  fedjax_drift.run(tiny_config(tiny_npz, unequal_partition, rounds=2, checkpoint_every=1,
+                               out=str(out)), log=lambda *_: None)
+  for name in ('3.orbax-checkpoint-tmp', '3.orbax-checkpoint-tmp-1733400000'):
+    (out / 'checkpoints' / name / 'state').mkdir(parents=True)  # killed mid-write
+  with caplog.at_level(logging.WARNING):
+    fedjax_drift.resume(str(out), rounds=3, log=lambda *_: None)
+  assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+  assert not [n for n in os.listdir(out / 'checkpoints') if 'tmp' in n]
