@@ -10,8 +10,11 @@ own inside one run directory, the way a preset runs its methods:
   RUN_DIR/runs.csv       every method's runs, with an algo column
   RUN_DIR/table.csv      one row per method: its selected grid point (results.selected, the
                          one selection rule) and that point's statistics over the seeds
-                         (and its mean final_dp_epsilon, for a DP method)
-  RUN_DIR/summary.json   per method: its grid points, its selection and its directory
+                         (and its mean final_dp_epsilon, for a DP method); every method
+                         after the first also its paired difference to the first, final and
+                         best accuracy over the seeds both ran (<stat>_minus_<first>_mean/lo/hi)
+  RUN_DIR/summary.json   per method: its grid points, its selection and its directory;
+                         paired: {method: {stat: the paired difference to the first}}
 
 A grid axis that a method does not read (prox_mu for fedavg) is left out of that method's grid
 (its points would repeat one run), and the run says so. --resume continues every method from
@@ -137,6 +140,9 @@ def run_all(config: Config, log, run_one) -> dict:
   report.write_json(os.path.join(run_dir, 'summary.json'), summary)
   record.set(finished=True)
   _log_table(summary['table'], run_dir, log)
+  for m, diffs in summary['paired'].items():
+    log(f'{m} - {methods[0]}, paired by seed: '
+        + ', '.join(f'{key.split("_")[0]} {stats.fmt_difference(d)}' for key, d in diffs.items()))
   return summary
 
 
@@ -191,14 +197,34 @@ def _summary(config, methods, configs, summaries, run_dir) -> dict:
       row[f'{key}_mean'], row[f'{key}_std'] = stat.get('mean'), stat.get('std')
     row.update(_carried_means(s['runs'], chosen['grid_point']))
     table.append(row)
+  paired = _paired_to_first(methods, summaries, per_method)
+  for row in table[1:]:
+    for key, diff in paired[row[AXIS]].items():
+      row.update({f'{key}_minus_{methods[0]}_{k}': diff[k] for k in ('mean', 'lo', 'hi')})
   return {'methods': methods, 'grid': config.grid, 'select_on': select_on,
           'by': per_method[methods[0]]['selected']['by'],
           'num_runs': sum(s['num_runs'] for s in summaries.values()),
           'seeds': sorted({seed for s in summaries.values() for seed in s['seeds']}),
           'rounds': config.rounds, 'dataset': summaries[methods[0]]['dataset'],
-          'run_dir': run_dir, 'per_method': per_method, 'table': table,
+          'run_dir': run_dir, 'per_method': per_method, 'table': table, 'paired': paired,
           'warnings': [f'--algo={m}: {w}' for m in methods
                        for w in summaries[m].get('warnings') or []]}
+
+
+def _per_seed(runs, point, key) -> dict:
+  """{seed: value of `key`} of the runs at grid point `point` (None for a diverged run)."""
+  return {r['seed']: (r.get(key) if r['status'] == 'ok' else None) for r in runs
+          if all(r.get(k) == v for k, v in (point or {}).items())}
+
+
+def _paired_to_first(methods, summaries, per_method) -> dict:
+  """{method: {stat: stats.paired_difference}} of every method after the first against the
+  first, each at its selected grid point, over the seeds both ran (same partitions, cohorts,
+  batches and initial model: the runs are paired by seed)."""
+  def values(m, key):
+    return _per_seed(summaries[m]['runs'], per_method[m]['selected']['grid_point'], key)
+  return {m: {key: stats.paired_difference(values(m, key), values(methods[0], key))
+              for key in ('final_accuracy', 'best_accuracy')} for m in methods[1:]}
 
 
 def _carried_means(runs, point) -> dict:

@@ -39,6 +39,27 @@ def test_split_grid():
     methods.split_grid('algo:fedavg,fedavg')
 
 
+def test_paired_difference_to_the_first_method():
+  """Each later method against the first, at each one's selected point, paired by seed; a
+  diverged run drops its seed from the pair (here seed 2 of fedfor)."""
+  def run(seed, final, best, lr, status='ok'):
+    return dict(seed=seed, status=status, final_accuracy=final, best_accuracy=best, lr=lr)
+  summaries = {
+      'fedavg': {'runs': [run(0, .80, .81, .1), run(1, .70, .72, .1), run(2, .75, .75, .1),
+                          run(0, .10, .10, .5)]},
+      'fedfor': {'runs': [run(0, .83, .84, .5), run(1, .74, .74, .5),
+                          run(2, None, None, .5, 'diverged')]}}
+  per_method = {'fedavg': {'selected': {'grid_point': {'lr': .1}}},
+                'fedfor': {'selected': {'grid_point': {'lr': .5}}}}
+  paired = methods._paired_to_first(['fedavg', 'fedfor'], summaries, per_method)
+  final = paired['fedfor']['final_accuracy']
+  assert final['seeds'] == [0, 1]
+  np.testing.assert_allclose(final['mean'], np.mean([.83 - .80, .74 - .70]))
+  half = 12.706 * np.std([.03, .04], ddof=1) / np.sqrt(2)  # t(0.975, 1 dof)
+  np.testing.assert_allclose([final['lo'], final['hi']], [.035 - half, .035 + half], rtol=1e-3)
+  np.testing.assert_allclose(paired['fedfor']['best_accuracy']['mean'], .025)
+
+
 @pytest.mark.slow
 def test_methods_in_one_directory_equal_their_own_runs(tiny_npz, unequal_partition, tmp_path):
   """Each method's runs equal the same method run alone; one program per method; the table
@@ -62,6 +83,9 @@ def test_methods_in_one_directory_equal_their_own_runs(tiny_npz, unequal_partiti
     assert chosen == results.selected('test', alone['grid_points'])
   table = _rows(tmp_path / 'all' / 'table.csv')
   assert [r['algo'] for r in table] == ['fedavg', 'fedprox', 'scaffold']
+  assert table[0]['final_accuracy_minus_fedavg_mean'] == ''  # the first has no pair
+  np.testing.assert_allclose(float(table[2]['final_accuracy_minus_fedavg_mean']),
+                             summary['paired']['scaffold']['final_accuracy']['mean'])
   for row in table:
     want = summary['per_method'][row['algo']]['selected']['last10_mean_accuracy']['mean']
     np.testing.assert_allclose(float(row['last10_mean_accuracy_mean']), want)
