@@ -161,6 +161,22 @@ def _ignore_closed_loop_callbacks():
   sys.unraisablehook = hook
 
 
+# What a checkpoint write's error says when a collective between processes failed (a peer
+# died mid-write): Gloo's and the coordination service's words.
+PEER_LOST = ('Gloo', 'AllGather', 'closed by peer', 'reset by peer', 'coordination service',
+             'heartbeat')
+
+
+def _lost_peer(text) -> str:
+  """'process 1' (or 'another process', with more than two) when `text`, a failed write's
+  error, says that a peer of a multi-process run was lost; '' otherwise or with one
+  process."""
+  if jax.process_count() < 2 or not any(w in text for w in PEER_LOST):
+    return ''
+  return f'process {1 - jax.process_index()}' if jax.process_count() == 2 else \
+      'another process'
+
+
 def _write_failure(path, error) -> str:
   """The one line for a checkpoint that could not be written (the OS's reason when the error
   carries one: tensorstore reports it as [os_error_code='28']); removes the partial step,
@@ -176,6 +192,11 @@ def _write_failure(path, error) -> str:
     if entry.startswith(name + '.orbax-checkpoint-tmp'):
       shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
   run_dir = os.path.dirname(parent)
+  lost = _lost_peer(str(error))
+  if lost:  # a collective of the write failed: not the disk
+    return (f'cannot write the checkpoint {path}: {lost} of this multi-process run was lost '
+            f'during the write ({reason[:80]}), not the disk; restart every process, then '
+            f'continue with --resume --out={run_dir}')
   if not any(e.isdigit() and e != name for e in os.listdir(parent)):  # nothing to resume
     return (f'cannot write the checkpoint {path}: {reason}; no checkpoint was kept: make '
             'room, then run the same command again')

@@ -41,3 +41,19 @@ def test_a_killed_checkpoint_write_leaves_no_warning_on_resume(tiny_npz, unequal
     fedjax_drift.resume(str(out), rounds=3, log=lambda *_: None)
   assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
   assert not [n for n in os.listdir(out / 'checkpoints') if 'tmp' in n]
+
+
+def test_a_lost_peer_during_a_checkpoint_write_is_named_not_the_disk(tmp_path, monkeypatch):
+  """After SIGKILL to one process of two, the survivor's failed write names the lost peer."""
+  from fedjax_drift import checkpoint  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(checkpoint.jax, 'process_count', lambda: 2)
+  monkeypatch.setattr(checkpoint.jax, 'process_index', lambda: 0)
+  (tmp_path / 'checkpoints' / '2').mkdir(parents=True)
+  error = ValueError('INTERNAL: Gloo AllGather failed: [pair.cc:598] Connection closed by peer '
+                     '[127.0.0.1]:41385')
+  line = checkpoint._write_failure(str(tmp_path / 'checkpoints' / '4'), error)
+  assert 'process 1 of this multi-process run was lost during the write' in line, line
+  assert 'make room' not in line and f'--resume --out={tmp_path}' in line
+  monkeypatch.setattr(checkpoint.jax, 'process_count', lambda: 1)  # one process: the disk's
+  assert 'make room' in checkpoint._write_failure(str(tmp_path / 'checkpoints' / '4'),
+                                                  OSError(28, 'No space left on device'))
