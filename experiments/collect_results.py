@@ -73,11 +73,12 @@ value counts the runner's own threads (about 3-4 with `--jobs=2` on 2 cores); th
 shows whether other work was already running. Where others shared the machine, the times are
 upper bounds and the provenance says so in a note.
 
-**FedFOR.** The `fedfor_epochs` and `fedfor_alpha` tables below were run before issue 44 chose
-the reading of eq. 7: their `fedfor` rows are the printed `--for_scale=paper` (now the row
-"fedfor (eq. 7 as printed)"), their "fedfor (per-step α)" row is today's default `fedfor`.
-The study at the end ("FedFOR's readings of eqs. 6-7") measures every reading against the
-paper's claims at ~10 local steps an epoch, as in the paper.
+**FedFOR.** In `fedfor_epochs` and `fedfor_alpha` the row `fedfor` is the default reading of
+eq. 7 (`--for_scale=per_step`, c = α/(η H_i)) and "fedfor (eq. 7 as printed)" is c = α/η. The
+cpu tier keeps the paper's batch of 128 on clients of ~150 examples, so a client takes 1-2
+steps an epoch (the paper's take ~10): per step α/H_i is 2.5-5 times the last global move and
+`per_step` overshoots at E = 1 and 2 as the printed scale does everywhere. The study at the end
+("FedFOR's readings of eqs. 6-7") measures every reading at ~10 steps an epoch, as in the paper.
 """
 
 
