@@ -5,10 +5,13 @@ from fedjax_drift.models import zoo  # pylint: disable=unused-import
 
 
 def _registered(kind):
-  """{shown name: summary} of a registry kind; a prefix entry shows its summary's first word
-  (file:PATH) and the rest of the summary after the comma."""
+  """{shown name: summary} of a registry kind's selectable entries (no INTERNAL ones); a prefix
+  entry shows its summary's first word (file:PATH) and the rest of the summary after the
+  comma."""
   out = {}
   for name, entry in registry.entries(kind).items():
+    if entry.info == registry.INTERNAL:
+      continue
     if entry.prefix:
       shown, _, summary = entry.summary.partition(', ')
       out[shown] = summary
@@ -17,15 +20,16 @@ def _registered(kind):
   return out
 
 
+def _title(kind):
+  """The --list heading of a registry kind: registry.KINDS' words without their aside."""
+  return 'local terms' if kind == 'part' else registry.KINDS[kind][1].split(' (')[0]
+
+
 def sections():
-  """[(title, flag, {value: one-line summary})] for algorithms, models, datasets, ..."""
-  return [
-      ('algorithms', 'algo', _registered('algorithm')),
-      ('models', 'model', _registered('model')),
-      ('datasets', 'dataset', dict(sources.DATASETS)),
-      ('partitions', 'partition', _registered('partition')),
-      ('scenarios', 'scenario', _registered('scenario')),
-  ]
+  """[(title, flag, {value: one-line summary})] for every registry kind in registry.KINDS
+  order: algorithms, local terms, aggregators, server optimizers, ..., models, datasets."""
+  return [(_title(kind), flag, dict(sources.DATASETS) if kind == 'dataset' else
+           _registered(kind)) for kind, (flag, _) in registry.KINDS.items()]
 
 
 def values(flag):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import fedjax_drift
-from fedjax_drift import algorithms, catalog, config, errors
+from fedjax_drift import algorithms, catalog, config, errors, registry
 from fedjax_drift.models.zoo import MODELS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,3 +104,17 @@ def test_devices_hint_names_xla_flags():
   message = str(errors.too_many_devices(4, 1, 'cpu'))
   assert 'XLA_FLAGS=--xla_force_host_platform_device_count=4' in message
   assert 'XLA_FLAGS' not in str(errors.too_many_devices(4, 1, 'gpu'))
+
+
+def test_list_names_every_choice_help_names():
+  """Issue 45 item 8: --list shows the aggregators and local terms (and every other registry
+  kind's selectable choices), not only --help."""
+  text = catalog.text()
+  for kind, (flag, _) in registry.KINDS.items():
+    assert f'(--{flag}):' in text, kind
+    if kind != 'dataset':
+      for name, entry in registry.entries(kind).items():
+        if entry.prefix or entry.info == registry.INTERNAL:
+          continue
+        assert any(line.split()[:1] == [name] for line in text.splitlines()), (kind, name)
+  assert 'aggregators (--aggregator):' in text and 'local terms (--local_terms):' in text
