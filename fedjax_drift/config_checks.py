@@ -6,6 +6,7 @@ them in order. Kept apart from config.py so that file stays the one flat list of
 import dataclasses
 import importlib.util
 import math
+import os
 
 from fedjax_drift import registry
 from fedjax_drift.errors import UserError, did_you_mean
@@ -61,6 +62,18 @@ def files(config):
   if config.cohorts and config.scenario == 'longtail_stateless':
     raise UserError('--cohorts=file: names clients, but --scenario=longtail_stateless draws '
                     'fresh clients every round')
+
+
+def dataset(config):
+  """--dataset: a registered name (or prefix), and the file an npz:PATH or text:PATH names
+  exists, so that neither waits for the data loading to be refused."""
+  if registry.find('dataset', config.dataset) is None:
+    shown = [e.info.shown for e in registry.entries('dataset').values() if e.info.shown]
+    raise UserError(f'--dataset={config.dataset} is unknown; use one of {", ".join(shown)}'
+                    f'{did_you_mean(config.dataset, [n for n in shown if n.islower()])}')
+  kind, _, path = config.dataset.partition(':')
+  if kind in ('npz', 'text') and not os.path.exists(path):
+    raise UserError(f'--dataset={config.dataset}: data file {path} does not exist')
 
 
 def partition(config):
@@ -165,6 +178,7 @@ def validate(config):
   each_field(config)
   counts(config)
   files(config)
+  dataset(config)
   lr_schedule(config)
   pipeline(config)
   partition(config)

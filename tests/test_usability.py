@@ -118,3 +118,17 @@ def test_list_names_every_choice_help_names():
           continue
         assert any(line.split()[:1] == [name] for line in text.splitlines()), (kind, name)
   assert 'aggregators (--aggregator):' in text and 'local terms (--local_terms):' in text
+
+
+def test_dataset_typo_and_missing_npz_refused_by_the_flag_checks(tmp_path):
+  """Issue 45 item 9: --dataset=femnst and a missing npz: file are refused by Config.validate,
+  before the run prints "loading data and compiling..." (as an --algo typo is)."""
+  with pytest.raises(errors.UserError, match=r'^--dataset=femnst is unknown.*did you mean femnist'):
+    fedjax_drift.Config(dataset='femnst').validate()
+  missing = tmp_path / 'missing.npz'
+  with pytest.raises(errors.UserError, match=f'^--dataset=npz:{missing}: data file {missing} '):
+    fedjax_drift.Config(dataset=f'npz:{missing}').validate()
+  result = cli(f'--dataset=npz:{missing}', f'--out={tmp_path / "run"}', '--progress=false')
+  assert result.returncode == 2 and 'loading data' not in result.stderr, result.stderr
+  assert result.stderr.strip().splitlines() == [
+      f'error: --dataset=npz:{missing}: data file {missing} does not exist']
