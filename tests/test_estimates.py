@@ -156,3 +156,13 @@ def test_docs_state_the_assumed_efficiency():
   with open(os.path.join(ROOT, 'docs', 'running.md'), encoding='utf-8') as f:
     text = ' '.join(f.read().split())
   assert f'an assumed {estimates.EFFICIENCY:.0%} of peak' in text
+
+
+def test_cpu_estimate_never_says_zero_minutes():
+  """Issue 45 item 11: `--mode=cpu --show` said "about 0.0 minutes"; a short estimate is
+  "under a minute", others a rounded figure."""
+  assert documents.cpu_time(0.1 / 60) == 'under a minute'
+  assert documents.cpu_time(3.4 / 60) == 'about 3 minutes'
+  assert documents.cpu_time(2.25) == 'about 2.2 hours'
+  line = documents.work_line('fedgkd_loss', 'cpu')
+  assert '0.0 minutes' not in line and ('under a minute' in line or 'minutes of' in line)

@@ -83,6 +83,16 @@ def tiers(name):
   return [mode for mode in ('full', 'short', 'cpu') if configs(name, mode)]
 
 
+def cpu_time(hours) -> str:
+  """A duration in hours as work_line says it: 'under a minute', 'about N minutes' below an
+  hour, else 'about N.N hours' (never 'about 0.0 minutes')."""
+  if hours * 60 < 1:
+    return 'under a minute'
+  if hours < 1:
+    return f'about {hours * 60:.0f} minute{"s" if round(hours * 60) != 1 else ""}'
+  return f'about {hours:,.1f} hours'
+
+
 def work_line(name, mode, rounds=None, seeds=None):
   """One paragraph: the mode's live runs in sample-gradients and 2-core CPU time (estimate)."""
   n, hours, unknown = estimate(name, mode, rounds=rounds, seeds=seeds)
@@ -90,12 +100,11 @@ def work_line(name, mode, rounds=None, seeds=None):
     return f'Estimated work of `--mode={mode}`: none of its runs is live in this build.'
   note = (f' Costs of {", ".join(unknown)} are not known here: counted as 100 MFLOP per '
           'sample-gradient on 50,000 examples.' if unknown else '')
-  size = (f'{hours * 60:.1f} minutes' if mode == 'cpu' and hours < 1 else f'{hours:,.1f} hours')
   cpu = (' Small models on 2 cores run far below that rate (compilation, evaluation and '
          'per-step overheads dominate): see the wall times in experiments/RESULTS.md.'
          if mode == 'cpu' else '')
-  return (f'Estimated work of `--mode={mode}` (its live runs): {n:.2g} sample-gradients, about '
-          f'{size} of this 2-core CPU at {CPU_GFLOPS} GFLOP/s (an estimate from '
+  return (f'Estimated work of `--mode={mode}` (its live runs): {n:.2g} sample-gradients, '
+          f'{cpu_time(hours)} of this 2-core CPU at {CPU_GFLOPS} GFLOP/s (an estimate from '
           f'FLOPs, not measured).{note}{cpu}' + (gpu_line(name, mode, rounds, seeds)
                                                  if mode != 'cpu' else ''))
 
