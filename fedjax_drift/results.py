@@ -27,6 +27,7 @@ import numpy as np
 
 from fedjax_drift import (algorithms, evaluation, metrics, personalize, report, splits, stats,
                           tensorboard)
+from fedjax_drift.algorithms import dp
 from fedjax_drift.data import federated
 from fedjax_drift.errors import DivergenceError
 
@@ -319,9 +320,18 @@ def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
   if len(study.runs) == 1:
     out.update({k: v for k, v in per_run[0].items() if k not in ('run', 'seed')})
   uncovered = splits.coverage_warning(cfg, study.experiments)  # the data's, before the runs'
-  out['warnings'] = ([uncovered.removeprefix('warning: ')] if uncovered else []) + run_warnings(
-      per_run, {s.index: run_label(s) for s in study.runs})
+  out['warnings'] = ([w.removeprefix('warning: ') for w in (uncovered, dp_warning(cfg, study))
+                      if w] + run_warnings(per_run, {s.index: run_label(s) for s in study.runs}))
   return out
+
+
+def dp_warning(cfg, study) -> str:
+  """dp.noise_warning for the study's DP aggregator (--algo=dp_fedavg, --aggregator=
+  dp_gaussian), '' otherwise: the run says it before training and summary.json lists it."""
+  exp = study.experiments[0]
+  return dp.noise_warning(algorithms.recipe(cfg).aggregator, cfg.dp_clip, cfg.dp_noise,
+                          cfg.clients_per_round,
+                          sum(int(np.size(a)) for a in jax.tree.leaves(exp.state.params)))
 
 
 def write(run_dir, summary_, per_run, log, concept_shift):

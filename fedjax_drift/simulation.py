@@ -100,6 +100,9 @@ def _run(config, log):
       uncovered = splits.coverage_warning(config, study.experiments)
       if uncovered:
         log(uncovered)
+      noisy = results.dp_warning(config, study)  # DP noise that drowns every update
+      if noisy:
+        log(noisy)
       interrupts.check()
       with interrupts.deferred():  # Ctrl-C while XLA compiles can crash the process
         compiled = _compile(study)

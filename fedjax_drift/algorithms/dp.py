@@ -113,6 +113,26 @@ def dp_gaussian(clip, noise_multiplier, delta, rounds):
               diagnostics=lambda buffer: {'dp_epsilon': buffer['epsilon']})
 
 
+def noise_warning(aggregator, clip, noise_multiplier, cohort_size, num_params) -> str:
+  """A one-line warning ('' when none) when DP-FedAvg's noise drowns every update: its norm,
+  about sigma S sqrt(d) / K over d parameters, against at most S for the mean of the clipped
+  updates. McMahan et al. 2018 take sigma = 1 (their z) with expected cohorts of hundreds to
+  thousands of users, where the ratio sigma sqrt(d) / K is below 1; with tens of clients per
+  round and a model of millions of parameters it is in the hundreds and the model does not
+  learn (docs/algorithms.md). The paper's sigma stays the default: the run says so."""
+  if aggregator != 'dp_gaussian' or not noise_multiplier or not np.isfinite(clip):
+    return ''
+  ratio = noise_multiplier * np.sqrt(num_params) / cohort_size
+  if ratio <= 1:
+    return ''
+  return (f'warning: --dp_noise={noise_multiplier:g} adds noise of norm about '
+          f'{ratio:.3g} x --dp_clip per round (sigma sqrt(d) / K, d = {num_params:,} '
+          f'parameters, K = {cohort_size} clients per round) to a mean of clipped updates of '
+          'norm at most --dp_clip: the model can hardly learn; DP-FedAvg needs far more '
+          'clients per round (McMahan et al. 2018: hundreds to thousands) -- raise '
+          '--clients_per_round, or lower --dp_noise (less privacy, a larger dp_epsilon)')
+
+
 # --- Registration -----------------------------------------------------------------------------
 _SOURCE = 'McMahan et al. 2018, Alg. 1: f~_f with w_k = 1, denominator qW = K'
 
