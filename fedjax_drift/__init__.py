@@ -16,6 +16,8 @@ from fedjax_drift.errors import UserError
 from fedjax_drift.simulation import resume, run
 from fedjax_drift.study import build, load_params, plan, prepare
 from fedjax_drift.version import __version__
+from fedjax_drift import registry  # noqa: E402
+registry.load_package()  # every module that registers choices, once
 
 __all__ = ['Config', 'UserError', 'algorithms', 'build', 'load_params', 'plan', 'prepare',
            'resume', 'run']

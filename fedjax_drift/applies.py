@@ -7,7 +7,7 @@ augmentation, schedule and personalisation. The options that only matter while a
 declared here. A field that no entry declares (--lr, --server_lr, --weight_decay, --rounds,
 ...) is read by every run and never checked.
 
-`unread(config)` is the declared fields that the chosen algorithm (with --local_terms,
+`unread(config)` is the declared() fields that the chosen algorithm (with --local_terms,
 --aggregator, --server_optimizer, --server_momentum), scenario, partition and options leave
 unread. `check_grid` refuses a --grid axis among them (it would only repeat runs), and
 `unread_flags` lists the single-run flags set away from their defaults that nothing reads
@@ -15,11 +15,7 @@ unread. `check_grid` refuses a --grid axis among them (it would only repeat runs
 """
 import dataclasses
 
-# Importing the modules that register choices fills the registry before DECLARED is taken.
-from fedjax_drift import algorithms, personalize, registry, schedules
-from fedjax_drift.models import zoo  # pylint: disable=unused-import
-# pylint: disable-next=unused-import
-from fedjax_drift.data import partitions, pipeline, scenarios, sources
+from fedjax_drift import algorithms, registry
 from fedjax_drift.errors import UserError
 
 # The choices a plain flag selects, in the order _what names them.
@@ -34,8 +30,13 @@ WHEN_SET = {
     'straggler_frac': (('straggler_min_steps',), ()),  # how few steps, when clients straggle
 }
 
-DECLARED = (registry.declared() | frozenset(algorithms.PROJECTION_READS)
-            | {f for pair in WHEN_SET.values() for fields in pair for f in fields})
+
+
+def declared() -> frozenset:
+  """The fields some choice or option reads only when chosen or set (those the checks track):
+  the registry's declarations as they are now, the projection head's and WHEN_SET's."""
+  return (registry.declared() | frozenset(algorithms.PROJECTION_READS)
+          | {f for pair in WHEN_SET.values() for fields in pair for f in fields})
 
 
 def _flag_value(config, kind):
@@ -61,7 +62,7 @@ def _algorithm_reads(config) -> set:
 
 
 def reads(config) -> set:
-  """The DECLARED fields that config's run reads."""
+  """The declared() fields that config's run reads."""
   out = _algorithm_reads(config)
   for kind in CHOICE_KINDS:
     entry = registry.find(kind, _flag_value(config, kind))
@@ -84,7 +85,7 @@ def reads(config) -> set:
 
 def unread(config) -> set:
   """The declared fields that config's algorithm, scenario, partition and options leave unread."""
-  return set(DECLARED) - reads(config)
+  return set(declared()) - reads(config)
 
 
 def _what(config, field):

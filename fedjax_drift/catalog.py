@@ -1,7 +1,6 @@
 """The valid values of the main flags, with one line each (`experiments/run.py --list`)."""
-from fedjax_drift import algorithms, registry  # pylint: disable=unused-import
-from fedjax_drift.data import partitions, scenarios, sources  # pylint: disable=unused-import
-from fedjax_drift.models import zoo  # pylint: disable=unused-import
+from fedjax_drift import registry
+from fedjax_drift.data import sources
 
 
 def _registered(kind):
@@ -28,8 +27,8 @@ def _title(kind):
 def sections():
   """[(title, flag, {value: one-line summary})] for every registry kind in registry.KINDS
   order: algorithms, local terms, aggregators, server optimizers, ..., models, datasets."""
-  return [(_title(kind), flag, dict(sources.DATASETS) if kind == 'dataset' else
-           _registered(kind)) for kind, (flag, _) in registry.KINDS.items()]
+  return [(_title(kind), flag, sources.datasets() if kind == 'dataset' else _registered(kind))
+          for kind, (flag, _) in registry.KINDS.items()]
 
 
 def values(flag):

@@ -94,6 +94,36 @@ def check_flag_names(parser, argv):
       raise UserError(f'unknown flag {name}{did_you_mean(name, known)}')
 
 
+def _recorded_plugins(argv) -> str:
+  """The --plugin value recorded in the file argv's --config names ('' when there is none,
+  or the file cannot be read: _settings_file says why later)."""
+  path = next((t.split('=', 1)[1] for t in argv if t.startswith('--config=')), '')
+  path = os.path.join(path, 'config.json') if os.path.isdir(path) else path
+  try:
+    with open(path, encoding='utf-8') as f:
+      return str(json.load(f).get('plugin', ''))
+  except (OSError, ValueError, AttributeError):
+    return ''
+
+
+def with_plugins(registry, argv):
+  """Loads the plugins argv's --plugin flags and its --config file name (their choices and
+  flags join the registry and the Config before the parser is built); returns argv with its
+  --plugin flags as one --plugin=A,B whose files are absolute paths (as config.json records
+  them)."""
+  text = registry.plugins_in_argv(argv)
+  registry.load_plugins(_recorded_plugins(argv))
+  registry.load_plugins(text)
+  rest, skip = [], False
+  for i, token in enumerate(argv):
+    if skip or token == '--plugin' and i + 1 < len(argv):
+      skip = not skip
+      continue
+    if not token.startswith('--plugin='):
+      rest.append(token)
+  return rest + ([f'--plugin={text}'] if text else [])
+
+
 HARD_EXIT_S = 10  # after a signal the process ends within this (docs/reliability.md)
 
 
@@ -105,10 +135,11 @@ def main(argv=None, hard_exit_s=None):
   if hard_exit_s:
     interrupts.hard_exit_after(hard_exit_s)
   argv = sys.argv[1:] if argv is None else list(argv)
-  valid = {flag: catalog.values(flag) for flag in ('algo', 'model', 'dataset', 'partition',
-                                                   'scenario')}
-  parser = build_parser(fedjax_drift.Config, valid=valid)
   try:
+    argv = with_plugins(fedjax_drift.registry, argv)
+    valid = {flag: catalog.values(flag) for flag in ('algo', 'model', 'dataset', 'partition',
+                                                     'scenario')}
+    parser = build_parser(fedjax_drift.config.config_class(), valid=valid)
     check_flag_names(parser, argv)
   except fedjax_drift.UserError as e:
     sys.stderr.write(f'error: {e}\n')
@@ -152,7 +183,8 @@ def _run(fedjax_drift, args, argv):
   """A run (or --resume) from the parsed flags."""
   config_file = vars(args).pop('config', '')
   # Only the flags given on this command line (for --resume and --config=FILE).
-  given = vars(build_parser(fedjax_drift.Config, suppress_defaults=True).parse_args(argv))
+  given = vars(build_parser(fedjax_drift.config.config_class(),
+                            suppress_defaults=True).parse_args(argv))
   given.pop('config', None)
   if config_file:
     if args.resume:
@@ -188,8 +220,9 @@ def _settings_file(fedjax_drift, path):
                                  f'({getattr(e, "strerror", None) or e})') from None
   if not isinstance(values, dict):
     raise fedjax_drift.UserError(f'--config={path} is not a JSON object of settings')
-  known = {f.name for f in dataclasses.fields(fedjax_drift.Config)}
   settings = {k: v for k, v in values.items() if not k.startswith('_') and k not in FILE_SKIPS}
+  fedjax_drift.registry.load_plugins(settings.get('plugin', ''))  # the flags the file's plugins add
+  known = fedjax_drift.config.field_names()
   unknown = sorted(set(settings) - known)
   if unknown:
     raise fedjax_drift.UserError(f'--config={path}: unknown setting {unknown[0]!r} (written by '

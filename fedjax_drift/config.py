@@ -61,7 +61,16 @@ class Config:
 
   Fields marked gridable may hold tracers: inside a compiled round the Config is rebuilt with
   each gridded field a traced scalar, so code reading them must only do arithmetic with them.
+  `Config(...)` first loads the plugins its `plugin` value names, and is an instance of
+  config_class(): this class, or a subclass holding the plugins' flags too.
   """
+
+  def __new__(cls, *args, **kwargs):
+    del args
+    if cls is Config:
+      registry.load_plugins(kwargs.get('plugin', ''))
+      cls = config_class()
+    return object.__new__(cls)
   # What to run.
   algo: str = _f('fedavg', 'federated algorithm', group='algorithm')
   model: str = _f('cnn_mnist', 'network', registry.Choices('model'), group='model')
@@ -475,6 +484,10 @@ class Config:
                           'you set wins), off, or a directory: programs compiled before (a rerun, a '
                           'resume, a preset\'s methods on one model) are read, not compiled again',
                           group='run')
+  plugin: str = _f('', 'comma list of Python files or modules to import before the other '
+                   'flags are read (or give --plugin again): they register methods, datasets '
+                   'and flags of their own (docs/new_method.md); config.json records them, so '
+                   '--resume and --config=RUN_DIR load them too', group='run')
   seeds: int = _f(1, 'run this many seeds (seed, seed+1, ...) in one vmapped program',
                   group='run', bounds=AT_LEAST_1)
   grid: str = _f('', "sweep float hyperparameters in the same program, e.g. "
@@ -580,14 +593,59 @@ class Config:
                         f'-{self.partition.split(":")[0]}-s{self.seed}-{timestamp}')
 
 
+# The command line's own flags, besides Config's fields.
+registry.reserve({f.name for f in dataclasses.fields(Config)} | {'list', 'config', 'help'})
+_CLASSES = {(): Config}  # the plugin flags' names -> the Config class holding them
+
+
+def _rebuild(values):
+  """A Config from its field values (how a plugin-extended Config is pickled)."""
+  return Config(**values)
+
+
+def _plugin_field(flag):
+  """(name, type, field) of a registry.Flag, for dataclasses.make_dataclass."""
+  return (flag.name, type(flag.default),
+          _f(flag.default, flag.help, flag.choices, flag.group, bounds=flag.bounds,
+             gridable=flag.gridable))
+
+
+def config_class():
+  """The Config class of the flags declared so far: Config itself, or, once plugins declared
+  flags of their own (registry.flag), a subclass with those fields after Config's; made once
+  per set of plugin flags."""
+  declared = registry.flags()
+  key = tuple(declared)
+  if key not in _CLASSES:
+    _CLASSES[key] = dataclasses.make_dataclass(
+        'Config', [_plugin_field(f) for f in declared.values()], bases=(Config,),
+        namespace={'__module__': __name__, '__reduce__': lambda self: (_rebuild, (
+            {f.name: getattr(self, f.name) for f in dataclasses.fields(self)},))})
+  return _CLASSES[key]
+
+
 def fields():
-  """Config's dataclass fields, in their (--help and config.json) order."""
-  return dataclasses.fields(Config)
+  """The Config fields of every flag, the plugins' last, in their (--help and config.json)
+  order."""
+  return dataclasses.fields(config_class())
+
+
+def field_names() -> frozenset:
+  """The names of fields()."""
+  return frozenset(f.name for f in fields())
+
+
+def defaults() -> dict:
+  """{name: value} of a Config built from no flags (its defaults, __post_init__ applied), the
+  plugins' flags included."""
+  return dataclasses.asdict(Config())
 
 
 def from_dict(values: dict, base: Optional[Config] = None) -> Config:
-  """A Config from {name: value}; unknown names are an error naming the flag."""
-  known = {f.name for f in fields()}
+  """A Config from {name: value} (the plugins its `plugin` value names loaded first); unknown
+  names are an error naming the flag."""
+  registry.load_plugins(values.get('plugin', ''))
+  known = field_names()
   unknown = sorted(set(values) - known)
   if unknown:
     raise UserError(f'unknown flag --{unknown[0]}')
@@ -599,7 +657,7 @@ def from_dict(values: dict, base: Optional[Config] = None) -> Config:
 def metadata(name: str):
   """Field `name`'s metadata (read-only): help, choices, group, bounds (a Bounds or None),
   gridable, and const for a flag that may be given bare. KeyError for an unknown name."""
-  return Config.__dataclass_fields__[name].metadata
+  return config_class().__dataclass_fields__[name].metadata
 
 
 def bounds_of(name: str) -> Optional[Bounds]:
@@ -625,10 +683,15 @@ SCENARIO_AXES = tuple(f.name for f in fields() if f.metadata.get('scenario_axis'
 SWEEPABLE = GRIDABLE + SCENARIO_AXES
 
 
+def sweepable() -> tuple:
+  """The fields --grid may sweep, as SWEEPABLE, with the plugins' gridable flags."""
+  return gridable_fields() + tuple(f.name for f in fields() if f.metadata.get('scenario_axis'))
+
+
 def _grid_value(name, text):
   """One --grid value of field `name`, typed as the field is (an int field takes integers)."""
   value = float(text)
-  if Config.__dataclass_fields__[name].type not in (int, 'int'):
+  if config_class().__dataclass_fields__[name].type not in (int, 'int'):
     return value
   if not value.is_integer():
     raise UserError(f'--grid: values of {name} must be integers, got {text.strip()!r}')
@@ -637,10 +700,10 @@ def _grid_value(name, text):
 
 def _refusal(name):
   """The one-line refusal of --grid axis `name` (a flag, or not one)."""
-  if name not in Config.__dataclass_fields__:
-    return f'--grid: {name!r} cannot be swept; use one of {", ".join(SWEEPABLE)}'
+  if name not in field_names():
+    return f'--grid: {name!r} cannot be swept; use one of {", ".join(sweepable())}'
   return (f'--grid: {name!r} cannot be swept: --{name} sets the compiled program\'s shapes or '
-          f'structure (give one value per command); sweepable: {", ".join(SWEEPABLE)}')
+          f'structure (give one value per command); sweepable: {", ".join(sweepable())}')
 
 
 def parse_grid(text):
@@ -650,7 +713,7 @@ def parse_grid(text):
   for item in [t for t in (text or '').split(';') if t.strip()]:
     name, _, values = item.partition(':')
     name = name.strip()
-    if name not in SWEEPABLE:
+    if name not in sweepable():
       raise UserError(_refusal(name))
     if name in grid:
       raise UserError(f'--grid: {name} appears twice')

@@ -13,10 +13,26 @@ the fields every run reads (those no entry declares): reading any other field is
 a declaration cannot fall behind its code (tests/test_registry.py builds every entry through a
 recording Config and holds each declaration to what it read).
 
-This module is the bottom of the package: it imports nothing of the project but errors.
+A user's own module registers the same way, with flags of its own (`flag`: a setting that
+becomes a Config field, config.config_class): `--plugin=FILE_OR_MODULE` loads it
+(`load_plugins`) before the command line reads its other flags, and config.json records it, so
+--resume and --config=RUN_DIR load it too (docs/new_method.md, section 7).
+
+`load_package` imports every module of the package that registers choices (PACKAGE_MODULES);
+the package's __init__ calls it, so the command line, a user's script and the tests read one
+complete registry. Tables derived from the registry (applies.declared, sources.datasets,
+catalog.sections, config.fields) are computed when asked, never snapshotted at import, so a
+choice or flag registered later joins them.
+
+This module is the bottom of the package: it imports nothing of the project but errors (its
+loaders import the package's registering modules and plugins when called).
 """
 import collections.abc
 import dataclasses
+import importlib
+import importlib.util
+import os
+import sys
 from typing import Any, Callable, NamedTuple, Optional
 
 from fedjax_drift.errors import UserError, did_you_mean
@@ -185,3 +201,126 @@ def build(kind, name, config, **context):
 def field_names(config_class) -> frozenset:
   """The field names of a Config dataclass (for checking declarations against it)."""
   return frozenset(f.name for f in dataclasses.fields(config_class))
+
+
+# --- Flags of a plugin's own, and loading the modules that register ---
+
+# The modules of the package that register choices (each imports its family's files).
+PACKAGE_MODULES = ('fedjax_drift.algorithms', 'fedjax_drift.personalize', 'fedjax_drift.schedules',
+                   'fedjax_drift.models.zoo', 'fedjax_drift.data.partitions',
+                   'fedjax_drift.data.pipeline', 'fedjax_drift.data.scenarios',
+                   'fedjax_drift.data.sources')
+
+
+def load_package():
+  """Imports PACKAGE_MODULES: every choice of the package is registered after this."""
+  for name in PACKAGE_MODULES:
+    importlib.import_module(name)
+
+
+class Flag(NamedTuple):
+  """A plugin's setting: what config._f takes for a core field; its type is the default's."""
+  name: str
+  default: Any
+  help: str
+  choices: Optional[tuple] = None
+  group: str = 'algorithm'
+  bounds: Any = None
+  gridable: bool = False
+
+
+_FLAGS = {}  # name -> Flag, in declaration order
+_RESERVED = set()  # the core Config's field names and the command line's own flags
+_PLUGINS = {}  # a plugin as loaded (absolute path or module name) -> its module
+
+
+def reserve(names):
+  """Marks `names` (the core Config's fields: config.py calls this) as taken."""
+  _RESERVED.update(names)
+
+
+def flag(name, default, help_text, choices=None, group='algorithm', *, bounds=None,
+         gridable=False) -> str:
+  """Declares a plugin's setting --name, a new Config field; returns its name.
+
+  default: its value when not given (a bool, int, float or str: the flag's type). help_text,
+  choices, group, bounds, gridable: as for a core field (config._f). The entry that reads it
+  declares it in `reads`. A name a core field or an earlier flag has is a ValueError."""
+  if not name.isidentifier():
+    raise ValueError(f'flag {name!r} is not a Python identifier')
+  if name in _RESERVED or name in _FLAGS:
+    raise ValueError(f'flag --{name} already exists; give the plugin\'s flag another name')
+  if not isinstance(default, (bool, int, float, str)):
+    raise ValueError(f'flag --{name}: its default must be a bool, int, float or str')
+  _FLAGS[name] = Flag(name, default, help_text, tuple(choices) if choices else None, group,
+                      bounds, gridable)
+  return name
+
+
+def flags() -> dict:
+  """{name: Flag} of every plugin flag declared so far, in declaration order."""
+  return dict(_FLAGS)
+
+
+def plugin_names(text) -> list:
+  """The plugins a --plugin value names ('a.py,pkg.mod' -> ['a.py', 'pkg.mod'])."""
+  return [s.strip() for s in (text or '').split(',') if s.strip()]
+
+
+def _is_file(spec):
+  return spec.endswith('.py') or '/' in spec or os.sep in spec
+
+
+def absolute_plugins(text) -> str:
+  """A --plugin value with its files as absolute paths (module names as given)."""
+  return ','.join(os.path.abspath(s) if _is_file(s) else s for s in plugin_names(text))
+
+
+def _import_file(path):
+  """Executes the Python file at `path` as a module named after it; returns the module."""
+  name = 'fedjax_drift_plugin_' + os.path.splitext(os.path.basename(path))[0]
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module
+  try:
+    spec.loader.exec_module(module)
+  except BaseException:
+    del sys.modules[name]
+    raise
+  return module
+
+
+def load_plugin(spec):
+  """Imports one plugin (a .py file or a module name) once; returns its module. UserError
+  naming --plugin when there is no such file or module; its own errors are its own."""
+  key = os.path.abspath(spec) if _is_file(spec) else spec
+  if key not in _PLUGINS:
+    if _is_file(spec) and not os.path.isfile(key):
+      raise UserError(f'--plugin={spec}: no such file')
+    try:
+      _PLUGINS[key] = _import_file(key) if _is_file(spec) else importlib.import_module(spec)
+    except ModuleNotFoundError as e:
+      if _is_file(spec) or e.name != spec.split('.')[0]:
+        raise
+      raise UserError(f'--plugin={spec}: no file or module of that name (give a path ending '
+                      'in .py, or a module on sys.path)') from None
+  return _PLUGINS[key]
+
+
+def load_plugins(text):
+  """Loads every plugin a --plugin value names (see plugin_names), in order."""
+  for spec in plugin_names(text):
+    load_plugin(spec)
+
+
+def plugins_in_argv(argv) -> str:
+  """The --plugin values of a command line as one (files as absolute paths), or ''."""
+  found = []
+  for i, token in enumerate(argv):
+    if token == '--':
+      break
+    if token.startswith('--plugin='):
+      found.append(token.split('=', 1)[1])
+    elif token == '--plugin' and i + 1 < len(argv):
+      found.append(argv[i + 1])
+  return ','.join(absolute_plugins(v) for v in found if plugin_names(v))

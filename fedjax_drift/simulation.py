@@ -26,6 +26,7 @@ from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, 
 from fedjax_drift import best_val, compile_cache, diagnostics, host_state, methods, preflight
 from fedjax_drift import splits
 from fedjax_drift.checkpoint import Checkpointer
+from fedjax_drift import config as config_lib
 from fedjax_drift.config import Config
 from fedjax_drift.config import from_dict as config_from_dict
 from fedjax_drift.data import federated
@@ -165,7 +166,7 @@ def _check_resumable(config, run_dir):
   record = rundir.Record.load(run_dir)
   if record is not None and record.data.get('config_sha256'):
     written = run_flags(dataclasses.asdict(config_from_dict(
-        {k: v for k, v in saved.items() if k in _FIELDS})))
+        {k: v for k, v in saved.items() if k in config_lib.field_names()})))
     if rundir.digest(written) != record.data['config_sha256']:
       # Both files edited alike: no flag differs from the record's copy, only the checksum.
       diff = rundir.first_difference(record.data['config'], written) or (
@@ -271,17 +272,14 @@ def _open_run_dir(study, run_dir, log, fingerprint) -> Output:
   return out
 
 
-_FIELDS = frozenset(f.name for f in dataclasses.fields(Config))
-_DEFAULTS = dataclasses.asdict(Config())
-
-
 def run_flags(values: dict) -> dict:
   """The flags that define a run, which its checkpoints depend on: every Config field but
   those a launch may change (RESUME_OVERRIDES, --overwrite). values: dataclasses.asdict of
   a Config. Fields at their default are left out, so a run directory written before a new
   flag existed still resumes (the new flag's default is what that run did)."""
-  return {k: values[k] for k in sorted(_FIELDS - set(RESUME_OVERRIDES) - {'overwrite'})
-          if values[k] != _DEFAULTS[k]}
+  defaults = config_lib.defaults()  # the plugins' flags too
+  return {k: values[k] for k in sorted(set(defaults) - set(RESUME_OVERRIDES) - {'overwrite'})
+          if k in values and values[k] != defaults[k]}
 
 
 def _finished(out, config):

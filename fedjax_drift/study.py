@@ -33,9 +33,8 @@ from fedjax_drift import (algorithms, applies, engine, errors, evaluation, input
 from fedjax_drift import diagnostics
 from fedjax_drift import unreliable
 from fedjax_drift import registry
-from fedjax_drift.config import GRIDABLE, Config, grid_points, parse_grid
+from fedjax_drift.config import Config, gridable_fields, grid_points, parse_grid
 from fedjax_drift.data import domains, federated, partitions, sources
-from fedjax_drift.data import scenarios  # noqa: F401 (registers what _build_run builds)
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
 from fedjax_drift.state import ServerState
@@ -152,7 +151,7 @@ def _load(config) -> _Shared:
   # or a validation split it cannot score
   evaluation.check_validation(protocol, config.val_source, config.val_fraction)
   dataset = sources.load(config.dataset, config.data_dir or None,
-                         **{k: getattr(config, k) for k in sources.LOAD_OPTIONS
+                         **{k: getattr(config, k) for k in sources.load_options()
                             if hasattr(config, k)})
   _check_structure(config, dataset)
   input_pipeline.check(dataset.x_train, config.augment, config.normalize, config.normalize_mean,
@@ -514,7 +513,7 @@ def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
     preflight(device_bytes(runs, shared, width, shapes), federated.nbytes(shapes[0].clients))
   experiments = [_build_run(spec.config, shared, platform) for spec in runs]
   padded = experiments + [experiments[-1]] * (-len(runs) % width)  # equal groups
-  traced = tuple(n for n in GRIDABLE if len({getattr(s.config, n) for s in runs}) > 1)
+  traced = tuple(n for n in gridable_fields() if len({getattr(s.config, n) for s in runs}) > 1)
   inputs = {'hp': {n: jnp.asarray([getattr(e.config, n) for e in padded], jnp.float32)
                    for n in traced},
             'schedule': per_run_schedule(padded),

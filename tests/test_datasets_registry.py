@@ -39,7 +39,7 @@ def test_the_dataset_specific_fields_are_declared():
                       'vocab_size', 'max_seq_len'}
   # num_clients and seed: Stack Overflow draws its users at load (data/stackoverflow.py), and
   # FEMNIST / Shakespeare under --partition=natural (data/natural.py).
-  assert set(sources.LOAD_OPTIONS) == declared | {'image_size', 'pretrained', 'num_clients',
+  assert set(sources.load_options()) == declared | {'image_size', 'pretrained', 'num_clients',
                                                   'seed', 'partition'}
   for name in ('emnist', 'emnist_letters'):
     assert registry.find('dataset', name).reads == ('emnist_split',)
@@ -49,20 +49,20 @@ def test_the_dataset_specific_fields_are_declared():
 
 def test_tables_derive_from_the_entries():
   entries = _entries()
-  assert set(sources.IMPORTABLE) == {e.name for e in entries if e.info.importable}
-  assert len(set(sources.IMPORTABLE)) == len(sources.IMPORTABLE)
-  assert set(sources.DATASETS) == {e.info.shown for e in entries if e.info.shown}
+  assert set(sources.importable()) == {e.name for e in entries if e.info.importable}
+  assert len(set(sources.importable())) == len(sources.importable())
+  assert set(sources.datasets()) == {e.info.shown for e in entries if e.info.shown}
   assert {'npz:PATH', 'tfds:NAME', 'hf:NAME[:CONFIG]', 'text:PATH', 'emnist'} <= set(
-      sources.DATASETS)
+      sources.datasets())
   # EMNIST's splits are imported (and loaded) by their own names, listed as `emnist`.
-  splits = [n for n in sources.IMPORTABLE if n.startswith('emnist_')]
-  assert len(splits) == 6 and not set(splits) & set(sources.DATASETS)
-  assert 'emnist' not in sources.IMPORTABLE
+  splits = [n for n in sources.importable() if n.startswith('emnist_')]
+  assert len(splits) == 6 and not set(splits) & set(sources.datasets())
+  assert 'emnist' not in sources.importable()
 
 
 def test_each_importable_dataset_names_its_files(tmp_path):
   """Without --data_dir the imported copy; --data_dir naming a file is that file."""
-  for name in sources.IMPORTABLE:
+  for name in sources.importable():
     assert sources.dataset_files(name, None) == [sources.imported_path(name)], name
     assert sources.dataset_files(name, str(tmp_path / 'x.zip')) == [str(tmp_path / 'x.zip')] \
         or name in ('mnist', 'fashion_mnist'), name

@@ -81,7 +81,7 @@ def test_single_run_flags_nothing_reads_are_warned(kw, named):
 
 def test_every_declared_field_is_a_config_field_and_every_recipe_resolves():
   names = {f.name for f in dataclasses.fields(Config)}
-  assert applies.DECLARED <= names
+  assert applies.declared() <= names
   assert set(algorithms.LOCAL_TERMS) == set(registry.names('part'))
   assert set(algorithms.SERVER_OPTIMIZERS) | {'fedadc'} <= set(registry.names('server'))
   for algo in algorithms.NAMES:  # each algorithm reads its own hyperparameters
@@ -98,7 +98,7 @@ def test_every_gridable_hyperparameter_is_read_by_some_algorithm():
                                *(applies.reads(Config(lr_schedule=s))
                                  for s in ('step', 'cosine')),
                                applies.reads(Config(scenario='concept_shift')))
-  unchecked = set(config_lib.GRIDABLE) - applies.DECLARED  # read by every run
+  unchecked = set(config_lib.GRIDABLE) - applies.declared()  # read by every run
   assert set(config_lib.GRIDABLE) <= read_somewhere | unchecked
 
 
@@ -146,7 +146,7 @@ def test_readme_algorithm_table_flags_are_read_by_their_algorithms():
   for line in table.splitlines()[2:]:
     cells = line.split(' | ')
     names = [n for n in re.findall(r'`(\w+)`', cells[0]) if n in algorithms.RECIPES]
-    flags = [f for f in re.findall(r'--(\w+)', cells[2]) if f in applies.DECLARED]
+    flags = [f for f in re.findall(r'--(\w+)', cells[2]) if f in applies.declared()]
     for flag in flags:
       assert any(flag in applies.reads(Config(algo=n)) for n in names), (names, flag)
       checked += 1

@@ -41,6 +41,8 @@ def test_the_page_asserts_its_claims():
   assert "registry.registers('part', 'l1prox'" in source
   assert "registry.register('aggregator', 'inv_norm'" in source
   assert "algorithm('l1prox'" in source
+  assert "registry.flag('l1_mu'" in source and "reads=('l1_mu',)" in source  # a flag of its own
+  assert "applies.unread_flags(fedjax_drift.Config(algo='fedavg', l1_mu=0.5))" in asserts
   assert 'np.sign(w[k] - w_t[k])' in asserts  # the term's gradient against numpy
   assert 'np.tensordot(a, deltas[k]' in asserts  # the aggregator against numpy
   assert 'np.array_equal(fedavg[k], l1prox[k])' in asserts  # mu = 0 is FedAvg, bit for bit

@@ -340,7 +340,7 @@ def test_registry_lists_the_text_datasets():
   from fedjax_drift import catalog  # pylint: disable=g-import-not-at-top
   listed = catalog.values('dataset')
   assert {'ag_news', 'sst5', 'text:PATH'} <= set(listed)
-  assert {'ag_news', 'sst5'} <= set(sources.IMPORTABLE)
+  assert {'ag_news', 'sst5'} <= set(sources.importable())
 
 
 def test_run_inputs_fingerprint_text_files_and_tokenizer(tmp_path, monkeypatch):

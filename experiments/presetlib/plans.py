@@ -28,8 +28,8 @@ SAID_BELOW = ('partition', 'dataset', 'model', 'algo')  # missing() names these 
 
 def _dataset_known(name):
   prefix = name.split(':', 1)[0] + ':' if ':' in name else None
-  return name in sources.DATASETS or (prefix and any(k.startswith(prefix)
-                                                     for k in sources.DATASETS))
+  shown = sources.datasets()
+  return name in shown or (prefix and any(k.startswith(prefix) for k in shown))
 
 
 def missing(values):

@@ -11,6 +11,7 @@ unchanged. Images are stored NHWC; flat feature vectors keep their shape.
 """
 import gzip
 import os
+import zipfile
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -31,7 +32,8 @@ class DatasetInfo(NamedTuple):
   shared: the Config fields the loader also takes that are not the entry's alone (--image_size,
     --pretrained: the models read them too, so no entry declares them in `reads`).
   model: the --model a command line without one uses for this dataset ('' = Config's
-    default), e.g. a text model for a text dataset (`usual_model`).
+    default), e.g. a text model for a text dataset (`usual_model`); or callable(dataset) ->
+    that name, for a prefix whose files tell (npz:PATH of 32x32x3 images: cnn_cifar).
   classes: the dataset's class count when its name fixes it (10 for MNIST), 0 when the
     files tell (validate's stray-label check then judges by the labels found).
   source: where its files come from (a download address, and `tfds:NAME` where TFDS has
@@ -69,7 +71,22 @@ def register_dataset(name, summary, load, *, reads=(), shared=(), importable=Fal
 def usual_model(dataset) -> str:
   """The --model registered as `dataset`'s usual one ('' when none, or an unknown name)."""
   entry = registry.find('dataset', dataset)
-  return entry.info.model if entry is not None and entry.info is not None else ''
+  if entry is None or entry.info is None:
+    return ''
+  return entry.info.model(dataset) if callable(entry.info.model) else entry.info.model
+
+
+def npz_shape(path, key) -> Optional[tuple]:
+  """The shape of array `key` in the npz at `path`, read from its .npy header alone; None
+  when the file or the array cannot be read (the loader then says why)."""
+  try:
+    with zipfile.ZipFile(path) as archive, archive.open(f'{key}.npy') as f:
+      major, _ = np.lib.format.read_magic(f)
+      read = (np.lib.format.read_array_header_1_0 if major == 1
+              else np.lib.format.read_array_header_2_0)
+      return read(f)[0]
+  except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+    return None
 
 
 def source_of(dataset) -> str:

@@ -249,9 +249,16 @@ common.register_dataset(
     load_usps_dataset, importable=True, folder_files=_usps_files, classes=10,
     source='usps.bz2 + usps.t.bz2 from '
     'https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/multiclass.html#usps')
+def _npz_model(dataset) -> str:
+  """npz:PATH's usual --model: cnn_cifar for 32x32x3 images (cnn_mnist, the default, is
+  sized for 28x28x1), else '' (the default)."""
+  shape = common.npz_shape(dataset[len('npz:'):], 'x_train')
+  return 'cnn_cifar' if shape is not None and tuple(shape[1:]) == (32, 32, 3) else ''
+
+
 common.register_dataset(
     'npz:', 'any .npz with x_train, y_train, x_test, y_test (optional d_train, d_test, '
     'domain_names, <column>_train; x_val, y_val: its own validation split; '
     'vocab_size for int32 token data [N, 2, L])',
-    load_file_npz, prefix=True, shown='npz:PATH',
+    load_file_npz, prefix=True, shown='npz:PATH', model=_npz_model,
     files=lambda dataset, data_dir: [dataset[len('npz:'):]])

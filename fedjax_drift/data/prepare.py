@@ -127,9 +127,9 @@ def _structure_arrays(ds):
 
 def import_dir(root, dataset='', image_size=0):
   """Imports every dataset found under `root` (all as `dataset`, if given); returns their names."""
-  if dataset and dataset not in sources.IMPORTABLE:
+  if dataset and dataset not in sources.importable():
     raise UserError(f'--dataset={dataset} cannot be imported; use one of '
-                    f'{", ".join(sources.IMPORTABLE)}')
+                    f'{", ".join(sources.importable())}')
   found = find(root, image_size)
   if not found:
     raise UserError(f'found no dataset files under {root} (see `fedjax-drift-data --help`)')
@@ -177,8 +177,8 @@ def _say_if_replacing(name):
 
 
 def list_imported():
-  width = max(map(len, sources.IMPORTABLE))
-  for name in sources.IMPORTABLE:
+  width = max(map(len, sources.importable()))
+  for name in sources.importable():
     path = sources.imported_path(name)
     print(f'{name:{width}s} {path if os.path.exists(path) else "not imported"}')
 
@@ -199,7 +199,7 @@ def main(argv=None):
   imp = commands.add_parser('import', help='import the dataset files found under DIR')
   imp.add_argument('dir', metavar='DIR')
   imp.add_argument('--dataset', default='', help='what DIR holds: ' +
-                   ', '.join(sources.IMPORTABLE))
+                   ', '.join(sources.importable()))
   imp.add_argument('--image_size', type=int, default=0, help='resize images to NxN on import '
                    '(domainnet: default 64, FedBN uses 256; digits5: default 28)')
   commands.add_parser('list', help='show which datasets are imported, and where')

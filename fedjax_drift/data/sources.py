@@ -6,9 +6,9 @@ usps, npz:PATH), downloads.py (cifar100, tiny_imagenet, emnist, svhn), natural.p
 shakespeare), stackoverflow.py, text.py (ag_news, sst5, text:PATH), domains.py
 (digits_domains), multidomain.py (digits5, domainnet) and hub.py (tfds:NAME, hf:NAME). This
 module imports them all, so that they have registered before anything reads the registry, and
-derives from their entries the tables below: the --list summaries (DATASETS), the names
-`fedjax-drift-data import` accepts (IMPORTABLE), where their files come from
-(where_to_get()), the Config fields the loaders take (LOAD_OPTIONS), the loader (`load`)
+derives from their entries the tables below: the --list summaries (datasets()), the names
+`fedjax-drift-data import` accepts (importable()), where their files come from
+(where_to_get()), the Config fields the loaders take (load_options()), the loader (`load`)
 and the files a run reads (`dataset_files`). The loaders import data/common.py, never this
 module.
 """
@@ -44,10 +44,14 @@ def _options(entries):
   return tuple(dict.fromkeys(f for e in entries for f in e.info.shared + e.reads))
 
 
-# --dataset values as --list shows them (npz:PATH for the prefix npz:), with one line each.
-DATASETS = {e.info.shown: e.summary for e in _entries() if e.info.shown}
-# What `fedjax-drift-data import` writes and --dataset=NAME then reads without --data_dir.
-IMPORTABLE = tuple(e.name for e in _entries() if e.info.importable)
+def datasets() -> dict:
+  """--dataset values as --list shows them (npz:PATH for the prefix npz:), with one line each."""
+  return {e.info.shown: e.summary for e in _entries() if e.info.shown}
+
+
+def importable() -> tuple:
+  """What `fedjax-drift-data import` writes and --dataset=NAME then reads without --data_dir."""
+  return tuple(e.name for e in _entries() if e.info.importable)
 
 
 def where_to_get() -> dict:
@@ -56,18 +60,20 @@ def where_to_get() -> dict:
   return {e.info.shown: e.info.source for e in _entries() if e.info.shown and e.info.source}
 
 
-# Config fields that reach the loaders (load's keyword options).
-LOAD_OPTIONS = _options(_entries())
+def load_options() -> tuple:
+  """Config fields that reach the loaders (load's keyword options)."""
+  return _options(_entries())
 
 
 def load(dataset, data_dir=None, **options):
   """Loads `dataset` (a name from the CLI's --dataset) into a validated `Dataset`.
 
-  options: the LOAD_OPTIONS flags (image_size, hf_* ...); each loader takes the ones it uses."""
+  options: the load_options() flags (image_size, hf_* ...); each loader takes the ones it uses."""
   entry = registry.find('dataset', dataset)
   if entry is None:
-    raise UserError(f'--dataset={dataset} is unknown; use one of {", ".join(DATASETS)}'
-                    f'{did_you_mean(dataset, [d for d in DATASETS if d.islower()])}')
+    shown = datasets()
+    raise UserError(f'--dataset={dataset} is unknown; use one of {", ".join(shown)}'
+                    f'{did_you_mean(dataset, [d for d in shown if d.islower()])}')
   return entry.info.load(dataset, data_dir, **options)
 
 
