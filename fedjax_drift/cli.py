@@ -199,7 +199,8 @@ def _run(fedjax_drift, args, argv):
     fedjax_drift.resume(args.out, **given)
   else:
     fedjax_drift.run(fedjax_drift.Config(
-        **_with_personal_split(_with_usual_model(vars(args), argv), argv)))
+        **_with_personal_split(_with_bn_model(_with_usual_model(vars(args), argv), argv),
+                               argv)))
 
 
 FILE_SKIPS = ('out', 'resume', 'overwrite')  # where and how a rerun writes: this command's
@@ -241,6 +242,22 @@ def _with_usual_model(flags, argv):
   print(f'model: {usual}, the usual one for --dataset={flags["dataset"]} (--model picks '
         'another)', flush=True)
   return {**flags, 'model': usual}
+
+
+def _with_bn_model(flags, argv):
+  """flags with --model=<model>_bn (cnn_mnist -> cnn_mnist_bn, mlp -> mlp_bn, resnet20 ->
+  resnet20_bn) when --algo=fedbn (or --local_terms with fedbn) would keep BatchNorm layers
+  local on a model that has none (algorithms/fedbn.py refuses that) and the command line
+  does not give --model; says so in one line."""
+  from fedjax_drift import registry  # pylint: disable=g-import-not-at-top
+  terms = [t.strip() for t in (flags.get('local_terms') or '').split(',')]
+  model = flags['model']
+  if (_given('model', argv) or (flags['algo'] != 'fedbn' and 'fedbn' not in terms)
+      or model.endswith('_bn') or registry.find('model', f'{model}_bn') is None):
+    return flags
+  print(f'model: {model}_bn, --model={model} with BatchNorm layers, which FedBN keeps local '
+        '(--model picks another)', flush=True)
+  return {**flags, 'model': f'{model}_bn'}
 
 
 def _given(flag, argv) -> bool:

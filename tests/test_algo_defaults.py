@@ -96,3 +96,22 @@ def test_a_dp_run_says_it_and_its_summary_lists_it(tmp_path):
   assert len(said) == 1 and 'd = 7,850 parameters, K = 2' in said[0], out.stdout
   with open(tmp_path / 'run' / 'summary.json', encoding='utf-8') as f:
     assert said[0].removeprefix('warning: ') in json.load(f)['warnings']
+
+
+@pytest.mark.parametrize('argv,flags,model', [
+    (['--algo=fedbn'], {'algo': 'fedbn'}, 'cnn_mnist_bn'),
+    (['--local_terms=fedbn'], {'local_terms': 'fedbn'}, 'cnn_mnist_bn'),
+    (['--algo=fedbn', '--model=mlp'], {'algo': 'fedbn', 'model': 'mlp'}, 'mlp'),  # given
+    (['--algo=fedavg'], {'algo': 'fedavg'}, 'cnn_mnist'),
+    (['--algo=fedbn'], {'algo': 'fedbn', 'model': 'logreg'}, 'logreg'),  # no logreg_bn
+])
+def test_fedbn_gets_the_models_batchnorm_twin_and_says_so(argv, flags, model, capsys):
+  """--algo=fedbn on defaults refused (cnn_mnist has no BatchNorm layers): the command line
+  runs it on cnn_mnist_bn instead when --model is not given."""
+  base = {'algo': 'fedavg', 'model': Config().model, 'local_terms': ''}
+  got = cli._with_bn_model({**base, **flags}, argv)  # pylint: disable=protected-access
+  assert got['model'] == model
+  said = capsys.readouterr().out
+  assert said == ('' if model == flags.get('model', base['model']) else
+                  'model: cnn_mnist_bn, --model=cnn_mnist with BatchNorm layers, which FedBN '
+                  'keeps local (--model picks another)\n')
