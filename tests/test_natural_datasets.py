@@ -103,6 +103,21 @@ def test_import_finds_both_layouts_and_keeps_the_clients(tmp_path, monkeypatch):
   assert sources.dataset_files('femnist', None) == [common.imported_path('femnist')]
 
 
+def test_a_text_of_few_symbols_imports_with_leafs_80_classes(tmp_path, monkeypatch):
+  """Issue 45 item 11: a Shakespeare text using few of LEAF's 80 symbols (its highest label
+  'z', 78) was refused as "would make 79 classes, ... stray labels?"; the task's classes are
+  LEAF's fixed 80, so it imports and loads with 80 classes."""
+  monkeypatch.setenv('FEDJAX_DRIFT_CACHE', str(tmp_path / 'cache'))
+  text = 'to be or not to be that is the question whether tis nobler in the mind ' * 3
+  xs, ys = layouts.leaf_windows(text)
+  folder = tmp_path / 'downloads' / 'shakespeare'
+  role = {'THE_TEMPEST_PROSPERO': {'x': xs, 'y': ys}}
+  layouts._write_leaf(str(folder), {'train': role, 'test': role}, files=1)  # pylint: disable=W0212
+  assert prepare.main(['import', str(folder)]) == 0
+  ds = sources.load('shakespeare')
+  assert ds.num_classes == 80 and ds.vocab_size == 80 and len(set(ds.y_train.tolist())) < 20
+
+
 def test_bad_folders_are_one_line(tmp_path):
   with pytest.raises(fedjax_drift.UserError, match='holds neither TFF'):
     sources.load('femnist', str(tmp_path))

@@ -547,6 +547,7 @@ common.register_dataset(
     'TFF\'s shakespeare_{train,test}.h5, LEAF\'s JSON, a Hugging Face folder '
     '(flwrlabs/shakespeare), or imported; group column role',
     load, importable=True, shared=_SHARED, folder_files=_folder_files, model='char_lstm',
+    classes=len(LETTERS),
     source='TFF\'s https://storage.googleapis.com/tff-datasets-public/shakespeare.tar.bz2, '
     'LEAF\'s data from https://github.com/TalwalkarLab/leaf, or '
     'huggingface.co/datasets/flwrlabs/shakespeare')
