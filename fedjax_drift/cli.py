@@ -222,7 +222,7 @@ def _settings_file(fedjax_drift, path):
   if not isinstance(values, dict):
     raise fedjax_drift.UserError(f'--config={path} is not a JSON object of settings')
   settings = {k: v for k, v in values.items() if not k.startswith('_') and k not in FILE_SKIPS}
-  fedjax_drift.registry.load_plugins(settings.get('plugin', ''))  # the flags the file's plugins add
+  fedjax_drift.registry.load_plugins(settings.get('plugin', ''))  # its plugins' flags too
   known = fedjax_drift.config.field_names()
   unknown = sorted(set(settings) - known)
   if unknown:

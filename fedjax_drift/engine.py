@@ -415,6 +415,8 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     # server_update returns (params, server) or (params, server, aux) (state.py).
     params, server, *aux = algo.server_update(state.params, state.server, cohort)
     metrics = drift_diagnostics(sums, norms, losses, weights, reports)
+    if unreliable is not None:
+      metrics.update(unreliable_clients.diagnostics(reports, num_steps))
     metrics.update(_diagnostics(algo, server))
     metrics.update(_diagnostics(scenario, state.scenario, concept))
     if client_probe is not None or keep_aux:

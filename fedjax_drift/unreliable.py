@@ -16,7 +16,8 @@ stragglers (--straggler_frac f, --straggler_min_steps m): each sampled client in
 
 With both probabilities at a static 0 the round is built without either (`from_values` gives
 None), so the program and its results are exactly those without these flags. Gridded, they
-are traced, and a zero changes no weight and no step count.
+are traced, and a zero changes no weight and no step count. With either flag, rounds.csv has
+each round's reported_clients and mean_local_steps (`diagnostics`).
 """
 from typing import Any, NamedTuple, Optional
 
@@ -71,3 +72,14 @@ def keep_unreported(reports, new_states, old_states):
     mask = reports.reshape(reports.shape + (1,) * (new.ndim - 1))
     return jnp.where(mask, new, old)
   return jax.tree.map(pick, new_states, old_states)
+
+
+def diagnostics(reports, num_steps) -> dict:
+  """The round's rounds.csv columns of unreliable clients, from reports [K] bool (who
+  reported) and num_steps [K] int (the local steps each ran, 0 for one that did not):
+  reported_clients, how many sampled clients reported, and mean_local_steps, the mean steps
+  of those that did (NaN when none did), which stragglers pull below H."""
+  m = jnp.sum(reports.astype(jnp.int32))
+  steps = jnp.sum(jnp.where(reports, num_steps, 0)).astype(jnp.float32)
+  return {'reported_clients': m,
+          'mean_local_steps': jnp.where(m > 0, steps / jnp.maximum(m, 1), jnp.nan)}

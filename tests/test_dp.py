@@ -102,8 +102,11 @@ def test_reported_in_metrics_and_summary(tiny_npz, unequal_partition, tmp_path):
   config = tiny_config(tiny_npz, unequal_partition, algo='dp_fedavg', clients_per_round=2,
                        rounds=3, eval_every=2, dp_clip=0.5, dp_noise=1.0, dp_delta=1e-4,
                        out=str(tmp_path / 'run'))
-  summary = fedjax_drift.run(config, log=lambda *_: None)
+  lines = []
+  summary = fedjax_drift.run(config, log=lambda *a: lines.append(' '.join(map(str, a))))
   table = dp.epsilons(4, 2, 1.0, 1e-4, 3)
+  done = [line for line in lines if line.startswith('done:')]
+  assert f', epsilon {table[3]:.4g} at delta 0.0001;' in done[-1], done  # issue 45 item 7
   with open(tmp_path / 'run' / 'metrics.csv') as f:
     rows = list(csv.DictReader(f))
   assert [r['round'] for r in rows] == ['0', '2', '3']

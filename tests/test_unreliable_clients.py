@@ -284,3 +284,17 @@ def test_aggregators_over_the_whole_cohort_refuse_dropout(tiny_npz, unequal_part
   with pytest.raises(UserError, match=f'--aggregator={aggregator} cannot take '
                                       '--dropout_prob=0.3'):
     make(tiny_npz, unequal_partition, algo, dropout_prob=0.3)
+
+
+def test_rounds_report_who_reported_and_the_steps_they_ran(tiny_npz, unequal_partition):
+  """Issue 45 item 7: each round's metrics (rounds.csv) carry reported_clients, how many
+  sampled clients reported, and mean_local_steps, the mean steps of those that did, equal to
+  the round's draws (without dropout or stragglers the round is built without them)."""
+  exp = make(tiny_npz, unequal_partition, dropout_prob=0.4, straggler_frac=0.7)
+  state, step = exp.state, jax.jit(exp.round_fn)
+  for _ in range(4):
+    _, _, _, reports, ran, _ = draws(exp, state)
+    state, metrics = step(state, exp.data)
+    assert int(metrics['reported_clients']) == reports.sum()
+    want = ran[reports].mean() if reports.any() else np.nan
+    np.testing.assert_allclose(float(metrics['mean_local_steps']), want, rtol=1e-6)
