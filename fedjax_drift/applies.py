@@ -101,7 +101,8 @@ def _what(config, field):
   for flag, (when_set, replaced) in WHEN_SET.items():
     if field in when_set + replaced:
       return f'--{flag}={getattr(config, flag)!r}' if field in replaced else f'--{flag} unset'
-  optimizers = [registry.get('local_optimizer', n) for n in algorithms.LOCAL_OPTIMIZERS]
+  optimizers = [registry.get('local_optimizer', n)
+                for n in registry.names('local_optimizer', selectable=True)]
   if any(field in e.reads for e in optimizers) and \
       algorithms.local_optimizer_name(config) == config.local_optimizer:
     return f'--local_optimizer={config.local_optimizer}'

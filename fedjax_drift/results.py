@@ -25,8 +25,8 @@ import os
 import jax
 import numpy as np
 
-from fedjax_drift import (algorithms, evaluation, metrics, personalize, report, splits, stats,
-                          tensorboard)
+from fedjax_drift import (algorithms, evaluation, metrics, personalize, registry, report, splits,
+                          stats, tensorboard)
 from fedjax_drift.algorithms import dp
 from fedjax_drift.data import federated
 from fedjax_drift.errors import DivergenceError
@@ -536,7 +536,7 @@ def _own_knobs(cfg):
   """', --for_alpha (now 5), --for_scale (now paper)': the flags of the run's method (its
   recipe's step_knobs) that set how far a step moves, which a divergence may come from."""
   names = cfg.algo.split(',') if ',' in cfg.algo else [cfg.algo]
-  knobs = [k for n in names if n in algorithms.RECIPES
+  knobs = [k for n in names if registry.find('algorithm', n) is not None
            for k in algorithms.recipes.get(n).step_knobs]
   now = lambda v: f'{v:g}' if isinstance(v, float) else v
   return ''.join(f', --{k} (now {now(getattr(cfg, k))})' for k in dict.fromkeys(knobs))
