@@ -11,8 +11,11 @@ the 95% t-interval of the mean (results.seed_stats, as summary.json and the pres
 compute them) of the final and best test accuracy, over the seeds that did not diverge.
 Prints the markdown table and writes DIR/comparison.md, DIR/comparison.csv and
 DIR/comparison.png (mean test accuracy per round with a +-std band over seeds); DIR defaults
-to ./comparison. A row with a run that failed a sanity check (summary.json's warnings,
-results.sanity_warnings) is marked with MARK, explained by a legend line under the table.
+to ./comparison. Runs whose rounds.csv has upload_bytes (compressed uploads) add each row's
+megabytes uploaded per run to the table and DIR/comparison_bytes.png, the test accuracy
+against the megabytes sent so far. A row with a run that failed a sanity check (summary.json's
+warnings, results.sanity_warnings) is marked with MARK, explained by a legend line under the
+table.
 """
 import argparse
 import csv
@@ -26,7 +29,7 @@ import numpy as np
 from fedjax_drift import interrupts, report, results, stats
 from fedjax_drift.errors import UserError
 
-OUTPUTS = ('comparison.md', 'comparison.csv', 'comparison.png')
+OUTPUTS = ('comparison.md', 'comparison.csv', 'comparison.png', 'comparison_bytes.png')
 
 
 def _read_csv(path):
@@ -84,7 +87,26 @@ def read_run_dir(run_dir) -> dict:
           [_float(x['val_accuracy']) for x in rows if x.get('val_accuracy') not in (None, '')])
   return {'dir': run_dir, 'algo': config.get('algo', '?'), 'dataset': config.get('dataset', '?'),
           'model': config.get('model', '?'), 'rounds': config.get('rounds', '?'),
-          'runs': runs, 'curves': curves}
+          'runs': runs, 'curves': curves, 'uploads': uploads(run_dir)}
+
+
+def uploads(run_dir) -> dict:
+  """{run: {round: bytes the cohort sent}} from rounds.csv's upload_bytes (compressed
+  uploads, --local_terms=topk|qsgd); {} when the run directory has no such column."""
+  path = os.path.join(run_dir, 'rounds.csv')
+  if not os.path.isfile(path):
+    return {}
+  out = {}
+  for row in _read_csv(path):
+    if row.get('upload_bytes') not in (None, ''):
+      out.setdefault(int(row['run']), {})[int(row['round'])] = float(row['upload_bytes'])
+  return out
+
+
+def _sent_mb(row, run, last=None) -> float:
+  """Megabytes run `run` of a groups() row sent over its rounds (up to `last`)."""
+  sent = row['_uploads'].get(run, {})
+  return sum(b for t, b in sent.items() if last is None or t <= last) / 1e6
 
 
 def _float(text):
@@ -124,7 +146,11 @@ def groups(dirs: list) -> list:
                    **_stats('best_accuracy', [r['best'] for r in ok]),
                    'warnings': '; '.join(f'run {r["run"]}: {w}' for r in ok
                                          for w in r.get('warnings') or []),
-                   '_runs': [r['run'] for r in ok], '_curves': d['curves']})
+                   '_runs': [r['run'] for r in ok], '_curves': d['curves'],
+                   '_uploads': d.get('uploads', {})})
+      rows[-1]['sent_mb_mean'] = (
+          float(np.mean([_sent_mb(rows[-1], r['run']) for r in ok]))
+          if ok and any(r['run'] in rows[-1]['_uploads'] for r in ok) else np.nan)
   return rows
 
 
@@ -159,14 +185,17 @@ def markdown(rows) -> str:
            'seed: its value). Grid points are listed, not selected.', '']
   if extra:
     lines[-1:] = ['', warning(rows), '']
+  sent = any(not np.isnan(r.get('sent_mb_mean', np.nan)) for r in rows)
   heads = ['run directory', 'algorithm'] + [dict(SETTINGS)[k] for k in extra] + [
-      'grid point', 'seeds', 'final accuracy (%)', 'best accuracy (%)']
+      'grid point', 'seeds', 'final accuracy (%)', 'best accuracy (%)'] + (
+          ['uploaded (MB per run)'] if sent else [])
   lines += ['| ' + ' | '.join(heads) + ' |', '|' + '---|' * len(heads)]
   for r in rows:
     seeds = f'{r["seeds"]}' + (f' ({r["diverged"]} diverged)' if r['diverged'] else '')
     cells = [r['run_dir'] + (f' {MARK}' if r.get('warnings') else ''), r['algo']] + [
         str(r.get(k)) for k in extra] + [
-        r['grid_point'], seeds, _pct(r, 'final_accuracy'), _pct(r, 'best_accuracy')]
+        r['grid_point'], seeds, _pct(r, 'final_accuracy'), _pct(r, 'best_accuracy')] + (
+            [_mb(r.get('sent_mb_mean', np.nan))] if sent else [])
     lines.append('| ' + ' | '.join(cells) + ' |')
   if any(r.get('warnings') for r in rows):
     lines += ['', LEGEND]
@@ -195,21 +224,43 @@ def _pct(row, key):
   return text + f' [{100 * lo:.2f}, {100 * hi:.2f}]'
 
 
+def _mb(value) -> str:
+  return 'n/a' if np.isnan(value) else f'{value:.3g}'
+
+
+def byte_curves(rows) -> dict:
+  """{label: (megabytes sent by each evaluated round, mean, std)}: the curves with each round
+  replaced by the mean over seeds of the bytes uploaded up to it, for the rows whose runs
+  recorded upload_bytes (compressed uploads); {} when none did."""
+  out = {}
+  for r in rows:
+    curve = _mean_curve(r)
+    if curve is None or not any(i in r['_uploads'] for i in r['_runs']):
+      continue
+    label, rounds, mean, std = curve
+    out[label] = ([float(np.mean([_sent_mb(r, i, t) for i in r['_runs']])) for t in rounds],
+                  mean, std)
+  return out
+
+
+def _mean_curve(r):
+  """(label, rounds, mean, std) of a groups() row: its test accuracy over the rounds that
+  every one of its non-diverged seeds evaluated; None when none has a curve."""
+  runs = [r['_curves'][i] for i in r['_runs'] if i in r['_curves']]
+  if not runs:
+    return None
+  rounds = sorted(set.intersection(*(set(rounds) for rounds, _ in runs)))
+  acc = np.array([[dict(zip(*run))[t] for t in rounds] for run in runs])
+  label = f'{r["algo"]} [{r["run_dir"]}]'
+  if r['grid_point'] != '-':
+    label += f' {r["grid_point"]}'
+  return label, rounds, acc.mean(0), acc.std(0)
+
+
 def curves(rows) -> dict:
   """{label: (rounds, mean, std)}: each group's test accuracy over the rounds that every
   one of its non-diverged seeds evaluated."""
-  out = {}
-  for r in rows:
-    runs = [r['_curves'][i] for i in r['_runs'] if i in r['_curves']]
-    if not runs:
-      continue
-    rounds = sorted(set.intersection(*(set(rounds) for rounds, _ in runs)))
-    acc = np.array([[dict(zip(*run))[t] for t in rounds] for run in runs])
-    label = f'{r["algo"]} [{r["run_dir"]}]'
-    if r['grid_point'] != '-':
-      label += f' {r["grid_point"]}'
-    out[label] = (rounds, acc.mean(0), acc.std(0))
-  return out
+  return {c[0]: c[1:] for c in map(_mean_curve, rows) if c is not None}
 
 
 def write(rows, out_dir, overwrite=False):
@@ -232,10 +283,13 @@ def write(rows, out_dir, overwrite=False):
   writer.writerows(rows)
   report.atomic_write(os.path.join(out_dir, 'comparison.csv'), buf.getvalue().encode())
   lines = curves(rows)
+  title = f'{len(rows)} configurations from {len({r["run_dir"] for r in rows})} run directories'
   if lines:
-    report.plot_mean_curves(os.path.join(out_dir, 'comparison.png'), lines,
-                            f'{len(rows)} configurations from '
-                            f'{len({r["run_dir"] for r in rows})} run directories')
+    report.plot_mean_curves(os.path.join(out_dir, 'comparison.png'), lines, title)
+  by_bytes = byte_curves(rows)
+  if by_bytes:
+    report.plot_mean_curves(os.path.join(out_dir, 'comparison_bytes.png'), by_bytes, title,
+                            xlabel='megabytes uploaded (mean over seeds)')
 
 
 def main(argv=None):

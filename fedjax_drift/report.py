@@ -257,15 +257,20 @@ def plot_drift(path, rows):
 
 
 @_if_plotting
-def plot_mean_curves(path, curves, title, ylabel='test accuracy (mean ± std over seeds)'):
-  """curves: {label: (rounds, mean, std)}; one line with a ±std band each."""
+def plot_mean_curves(path, curves, title, ylabel='test accuracy (mean ± std over seeds)',
+                     xlabel=None):
+  """curves: {label: (rounds, mean, std)}; one line with a ±std band each. xlabel: the x
+  values' name when they are not rounds (e.g. megabytes sent)."""
   fig, (ax,) = _figure(6, 4)
   for label, (rounds, mean, std) in curves.items():
     mean, std = np.asarray(mean), np.asarray(std)
     ax.plot(rounds, mean, label=label, marker='o' if len(rounds) == 1 else None)  # a lone point
     ax.fill_between(rounds, mean - std, mean + std, alpha=0.15)
   ax.set_title(title, fontsize=9)
-  _round_axis(ax)
+  if xlabel:
+    ax.set_xlabel(xlabel)
+  else:
+    _round_axis(ax)
   ax.set_ylabel(ylabel)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7)

@@ -55,3 +55,24 @@ def test_out_naming_a_file_is_one_line(tmp_path, capsys):
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and f'--out={target} is a file' in err[0], err
   assert target.read_text() == 'mine'
+
+
+def test_compressed_runs_show_accuracy_against_bytes_sent(tmp_path, capsys):
+  """Issue 45 item 7: with rounds.csv's upload_bytes (--local_terms=topk|qsgd), compare's
+  table has each row's megabytes uploaded per run and comparison_bytes.png plots accuracy
+  against the megabytes sent; runs without it get neither."""
+  topk = _run_dir(tmp_path, 'topk', rounds=4, seeds=(0, 1))
+  (tmp_path / 'topk' / 'rounds.csv').write_text('run,round,upload_bytes\n' + ''.join(
+      f'{i},{t},250000\n' for i in range(2) for t in range(1, 5)))
+  plain = _run_dir(tmp_path, 'plain', rounds=4)
+  assert compare.main([topk, plain, f'--out={tmp_path / "out"}']) == 0
+  out = capsys.readouterr().out
+  assert '| uploaded (MB per run) |' in out
+  assert out.splitlines()[-3].endswith('| 1 |') and out.splitlines()[-2].endswith('| n/a |')
+  rows = compare.groups([compare.read_run_dir(topk)])
+  label, (sent, mean, _) = next(iter(compare.byte_curves(rows).items()))
+  assert 'topk' in label and sent == [0.0, 1.0] and list(mean) == [0.5, 0.5]
+  assert (tmp_path / 'out' / 'comparison_bytes.png').is_file()
+  assert compare.main([plain, f'--out={tmp_path / "out2"}']) == 0
+  assert 'uploaded' not in capsys.readouterr().out
+  assert not (tmp_path / 'out2' / 'comparison_bytes.png').exists()
