@@ -207,7 +207,10 @@ def field_names(config_class) -> frozenset:
 
 # The modules of the package that register choices (each imports its family's files).
 PACKAGE_MODULES = ('fedjax_drift.algorithms', 'fedjax_drift.personalize', 'fedjax_drift.schedules',
-                   'fedjax_drift.models.zoo', 'fedjax_drift.data.partitions',
+                   'fedjax_drift.models.zoo', 'fedjax_drift.models.convnets',
+                   'fedjax_drift.models.mlps', 'fedjax_drift.models.recurrent',
+                   'fedjax_drift.models.resnets', 'fedjax_drift.models.text',
+                   'fedjax_drift.data.partitions',
                    'fedjax_drift.data.pipeline', 'fedjax_drift.data.scenarios',
                    'fedjax_drift.data.sources')
 

@@ -301,7 +301,7 @@ def test_every_model_has_a_whole_summary_line():
   summaries = {
       n: s for _, flag, entries in catalog.sections() if flag == 'model'
       for n, s in entries.items()}
-  assert set(summaries) == set(zoo.MODELS)
+  assert set(summaries) == set(zoo.models())
   for name, line in summaries.items():
     assert line and len(line) <= 90 and not line.endswith('...'), (name, line)
     assert line.count('(') == line.count(')'), (name, line)
@@ -349,7 +349,7 @@ def _readme_model_rows():
 @pytest.mark.slow
 def test_readme_lists_every_model_with_its_parameter_count():
   rows = _readme_model_rows()
-  assert set(rows) == set(zoo.MODELS)
+  assert set(rows) == set(zoo.models())
   for name, ((shape, vocab), classes, counts) in rows.items():
     kw = {'vocab_size': vocab} if vocab else {}  # text models: token ids of a vocabulary
     own = _count(name, classes, shape, **kw)

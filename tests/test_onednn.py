@@ -57,7 +57,7 @@ def _value_and_grads(conv, x, kernel, cot):
 _INPUTS = {'cnn_mnist': (28, 28, 1), 'cnn_mnist_bn': (28, 28, 1), 'cnn_emnist': (28, 28, 1),
            'digit_cnn_bn': (28, 28, 3), 'alexnet_bn': (224, 224, 3),
            'resnet50_gn': (64, 64, 3), 'resnet50_bn': (64, 64, 3)}
-CONV_MODELS = [name for name, (_, family) in zoo.MODELS.items() if family == 'conv']
+CONV_MODELS = [name for name, (_, family) in zoo.models().items() if family == 'conv']
 
 
 def _convs(jaxpr, found):

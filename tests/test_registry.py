@@ -104,7 +104,7 @@ def test_lists_derive_from_the_registry():
   assert partitions.NAMES == registry.names('partition')
   assert tuple(catalog.values('algo')) == registry.names('algorithm')
   fields = {f.name: f for f in dataclasses.fields(Config)}
-  assert tuple(zoo.MODELS) == registry.names('model') == tuple(catalog.values('model'))
+  assert tuple(zoo.models()) == registry.names('model') == tuple(catalog.values('model'))
   for kind in ('model', 'init', 'scenario', 'augment', 'lr_schedule', 'personalize',
                'personalize_term', 'local_optimizer'):
     flag = registry.KINDS[kind][0]

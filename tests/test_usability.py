@@ -9,7 +9,7 @@ import pytest
 
 import fedjax_drift
 from fedjax_drift import algorithms, catalog, config, errors, registry
-from fedjax_drift.models.zoo import MODELS
+from fedjax_drift.models import zoo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, 'experiments', 'run.py')
@@ -34,7 +34,7 @@ def test_help_groups_flags_and_lists_values():
   positions = [text.index(f'\n{g} flags:') for g in config.GROUPS]
   assert positions == sorted(positions)
   assert 'other flags:' not in text
-  for name in list(algorithms.RECIPES) + list(MODELS) + ['tfds:NAME', 'dirichlet_client',
+  for name in list(algorithms.RECIPES) + list(zoo.models()) + ['tfds:NAME', 'dirichlet_client',
                                                           'concept_shift']:
     assert name in text, name
   assert '90%' in text  # a % in a help string is printed, not a crash

@@ -49,7 +49,7 @@ def missing(values):
     out.append(f'--partition={part}')
   if not _dataset_known(values.get('dataset', 'embedded')):
     out.append(f'dataset {values["dataset"]}')
-  if values.get('model', 'mlp') not in zoo.MODELS:
+  if values.get('model', 'mlp') not in zoo.models():
     out.append(f'model {values["model"]}')
   if values['algo'] not in algorithms.NAMES:
     out.append(f'algorithm {values["algo"]}')

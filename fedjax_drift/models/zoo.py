@@ -3,19 +3,16 @@
 Inputs arrive as float32 (uint8 images already scaled to [0, 1]). Convolutional models take
 NHWC images; dense models flatten whatever they get. Text models (models/text.py, family
 'text') take int32 [B, 2, L] token ids and attention masks. The families live in their own
-modules: models/mlps.py, models/convnets.py, models/resnets.py, models/text.py; importing this
-module registers them all. Here: the projection head MOON and FedGKD+ put on any of them, and
-`MODELS`, the registry's models as a table.
+modules: models/mlps.py, models/convnets.py, models/resnets.py, models/text.py (registered
+when registry.load_package imports them). Here: the projection head MOON and FedGKD+ put on any
+of them, and `models()`, the registry's models as a table.
 """
 import inspect
 
 from flax import linen as nn
 
 from fedjax_drift import registry
-# Importing the family modules registers their models; the names below are re-exported for the
-# callers that reach them through zoo.
-from fedjax_drift.models import (  # noqa: F401 pylint: disable=unused-import
-    convnets, mlps, recurrent, resnets, text)
+# Re-exported for the callers that reach them through zoo.
 from fedjax_drift.models.convnets import (cnn_emnist, local_response_norm,  # noqa: F401
                                           max_pool_3x3_s2)
 from fedjax_drift.models.layers import (adaptive_avg_pool, conv2d_strided,  # noqa: F401
@@ -73,8 +70,11 @@ def family(name):
   return registry.get('model', name).info
 
 
-# name -> (build, family), derived from the registry in registration order: build(values,
-# num_classes, **shapes) -> the flax module (registry.build gives it its declared fields).
-MODELS = {name: (entry.build, entry.info) for name, entry in registry.entries('model').items()}
+def models() -> dict:
+  """{name: (build, family)} of the registered models, in registration order, as registered
+  now: build(values, num_classes, **shapes) -> the flax module (registry.build gives it its
+  declared fields)."""
+  return {name: (entry.build, entry.info) for name, entry in registry.entries('model').items()}
 
-__all__ = ['MODELS', 'WithProjection', 'family', 'max_pool_2x2']
+
+__all__ = ['WithProjection', 'family', 'max_pool_2x2', 'models']
