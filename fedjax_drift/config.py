@@ -20,6 +20,12 @@ Scenario axes (SCENARIO_AXES, fields marked scenario_axis=True: the partition's
 --dirichlet_alpha and --classes_per_client, --local_steps and --local_epochs) may be gridded
 too, but are never traced: they shape each run's host-built data or its step counts only
 (study.py). Every other flag is one value per command; --grid refuses it in one line.
+
+A plugin's own flags (registry.flag, docs/new_method.md) are fields too: config_class() is
+Config, or once plugins declared flags, a dataclass subclass with their fields after these,
+and `Config(...)` builds an instance of it, so replace(), asdict(), validate() and the tables
+below (fields(), gridable_fields(), sweepable(), read when asked) see them. GRIDABLE and
+SCENARIO_AXES are the core fields' only.
 """
 import dataclasses
 import itertools
