@@ -472,13 +472,13 @@ def target_words(rounds, target) -> str:
   return f'{target:.0%} reached at round {rounds}'
 
 
-def privacy_words(run, cfg) -> str:
+def privacy_words(run, delta) -> str:
   """', epsilon 2.31 at delta 1e-05' for a run whose summary has final_dp_epsilon (DP-FedAvg,
-  --aggregator=dp_gaussian), for the closing line; '' for any other run."""
+  --aggregator=dp_gaussian; delta: --dp_delta), for the closing line; '' for any other run."""
   epsilon = run.get('final_dp_epsilon')
   if epsilon is None:
     return ''
-  return f', epsilon {epsilon:.4g} at delta {cfg.dp_delta:g}'
+  return f', epsilon {epsilon:.4g} at delta {delta:g}'
 
 
 def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
@@ -492,8 +492,8 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
     r = ok[0]
     log(f'done: final accuracy {r["final_accuracy"]:.4f}, best {r["best_accuracy"]:.4f}, '
         f'last-10% mean {r["last10_mean_accuracy"]:.4f}, '
-        f'{target_words(r["rounds_to_target"], cfg.target_accuracy)}{privacy_words(r, cfg)}; '
-        f'{timing} -> {summary_["run_dir"]}')
+        f'{target_words(r["rounds_to_target"], cfg.target_accuracy)}'
+        f'{privacy_words(r, cfg.dp_delta)}; {timing} -> {summary_["run_dir"]}')
   elif ok:
     for g in summary_['grid_points']:
       if g['final_accuracy']['mean'] is None:
