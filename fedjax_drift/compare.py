@@ -29,7 +29,8 @@ import numpy as np
 from fedjax_drift import interrupts, report, results, stats
 from fedjax_drift.errors import UserError
 
-OUTPUTS = ('comparison.md', 'comparison.csv', 'comparison.png', 'comparison_bytes.png')
+OUTPUTS = ('comparison.md', 'comparison.csv', 'comparison.png')
+BYTES_PLOT = 'comparison_bytes.png'  # only for runs with compressed uploads (upload_bytes)
 
 
 def _read_csv(path):
@@ -267,7 +268,7 @@ def write(rows, out_dir, overwrite=False):
   """Writes OUTPUTS into out_dir; an existing one is replaced only with overwrite."""
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise UserError(f'--out={out_dir} is a file, not a directory')
-  existing = [n for n in OUTPUTS if os.path.exists(os.path.join(out_dir, n))]
+  existing = [n for n in OUTPUTS + (BYTES_PLOT,) if os.path.exists(os.path.join(out_dir, n))]
   if existing and not overwrite:
     raise UserError(f'{os.path.join(out_dir, existing[0])} exists; pass --overwrite to replace '
                     'it or choose another --out')
@@ -286,10 +287,12 @@ def write(rows, out_dir, overwrite=False):
   title = f'{len(rows)} configurations from {len({r["run_dir"] for r in rows})} run directories'
   if lines:
     report.plot_mean_curves(os.path.join(out_dir, 'comparison.png'), lines, title)
-  by_bytes = byte_curves(rows)
+  by_bytes, bytes_path = byte_curves(rows), os.path.join(out_dir, BYTES_PLOT)
   if by_bytes:
-    report.plot_mean_curves(os.path.join(out_dir, 'comparison_bytes.png'), by_bytes, title,
+    report.plot_mean_curves(bytes_path, by_bytes, title,
                             xlabel='megabytes uploaded (mean over seeds)')
+  elif os.path.exists(bytes_path):  # --overwrite: none of these runs sent compressed bytes
+    os.remove(bytes_path)
 
 
 def main(argv=None):
