@@ -284,4 +284,7 @@ def _generator(v, model, **_):
 algorithm('fedgen', Recipe(
     ('fedgen',), weighting_source='FedGen code, serverbase.aggregate_parameters: n_k/n over the '
     'selected users', summary='server-side conditional generator of penultimate features, '
-    'distilled into the clients\' heads (Zhu et al. 2021, FedGen)'))
+    'distilled into the clients\' heads (Zhu et al. 2021, FedGen)',
+    # the code's alpha = beta = 10 go with its lr 0.01 and 20 local steps; at --lr=0.05 and 80
+    # steps the head's update jumps ~50x in round 2 (docs/algorithms.md)
+    step_knobs=('fedgen_alpha', 'fedgen_beta')))
