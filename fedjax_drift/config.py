@@ -185,7 +185,7 @@ class Config:
                               group='data', bounds=UNIT_EXCL_0)
   num_clients: int = _f(50, 'total number of clients N', group='data', bounds=AT_LEAST_1)
   clients_per_round: int = _f(10, 'cohort size K, sampled uniformly without replacement',
-                              group='server', bounds=AT_LEAST_1)
+                              group='server', bounds=AT_LEAST_1, scenario_axis=True)
   dropout_prob: float = _f(0.0, 'each sampled client never reports with this probability per '
                            'round; the aggregation ignores it (0 = every client reports)',
                            group='server', bounds=UNIT_EXCL_1, gridable=True)

@@ -311,7 +311,7 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                cohort_size: int, weighting: str = 'examples', chunk: int = 1,
                sampler: str = 'uniform', devices: int = 1, scenario=None, pipeline=None,
                client_probe=None, keep_aux=False, cohorts=None, unreliable=None,
-               cohort_rows=False):
+               cohort_rows=False, cohort_k=None):
   """Returns round_fn(state, data) -> (state, metrics), pure and jittable. (Its code runs
   past 80 lines on purpose: one traced round, its steps in the order the round takes them.)
 
@@ -342,12 +342,17 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
 
   scenario (data/scenarios.py) may change labels before each round (concept shift) or draw
   fresh, stateless clients every round; the default leaves the partition as it is.
+
+  cohort_k (None: every one of the cohort_size clients takes part): an int32 scalar k <=
+  cohort_size, a run's own cohort size in a study whose runs differ in it (--grid over
+  --clients_per_round). The cohort is drawn at cohort_size, whose first k are the k a lone
+  run draws; the rest are masked: no step, weight 0, state kept, out of the diagnostics.
   """
   scenario = scenario or scenarios.static()
   # Whether the cohort's clients may own different step counts (static): epochs of unequal
   # data, or stragglers; with equal steps the order stays as sampled and the program as is.
   steps_differ = (not is_static(schedule.local_steps) or not schedule.local_steps
-                  or unreliable is not None)
+                  or unreliable is not None or cohort_k is not None)
 
   def round_fn(state: ServerState, data: FederatedData):
     num_clients = data.client_count.shape[0]
@@ -359,16 +364,22 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
     payload = algo.broadcast(state.params, state.server)
     slots = jnp.arange(cohort_size, dtype=jnp.int32) if cohort_rows else ids
     old_states = _gather(state.clients, slots)
+    members = None if cohort_k is None else jnp.arange(cohort_size) < cohort_k
     num_steps = client_steps(counts, schedule).astype(jnp.int32)
+    if members is not None:
+      num_steps = jnp.where(members, num_steps, 0)
     spe = steps_per_epoch(counts, schedule.batch_size)
 
-    weights = (counts.astype(jnp.float32) / jnp.sum(counts) if weighting == 'examples'
-               else jnp.full((cohort_size,), 1.0 / cohort_size, jnp.float32))
-    reports = None
+    weights = cohort_weights(counts, weighting, cohort_size, members)
+    reports = members
     if unreliable is not None:
-      reports, num_steps = unreliable_clients.draw(unreliable, jax.random.fold_in(rkey, 5),
-                                                   ids, num_steps)
-      weights = unreliable_clients.renormalize(weights, reports)
+      drawn, num_steps = unreliable_clients.draw(unreliable, jax.random.fold_in(rkey, 5),
+                                                 ids, num_steps)
+      # A masked client counts as reporting here: its weight is 0 and the members' weights
+      # are renormalised exactly as a lone run's.
+      weights = unreliable_clients.renormalize(
+          weights, drawn if members is None else drawn | ~members)
+      reports = drawn if members is None else drawn & members
     # The factors of the aggregated sum: the weights, or the algorithm's own (FedNova's).
     factors = (weights if algo.aggregation_weights is None
                else algo.aggregation_weights(weights, num_steps))
@@ -430,6 +441,22 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                               concept), metrics
 
   return round_fn
+
+
+def cohort_weights(counts, weighting, cohort_size, members=None):
+  """The aggregation weights p_i [K] of a cohort: n_i / sum_j n_j ('examples') or 1/K
+  (otherwise). members (None: all K take part): bool [K], the first k of a cohort masked up
+  to K (make_round's cohort_k); the others weigh 0 and the members' weights are, bit for bit,
+  those of the lone cohort of k."""
+  if members is None:
+    if weighting == 'examples':
+      return counts.astype(jnp.float32) / jnp.sum(counts)
+    return jnp.full((cohort_size,), 1.0 / cohort_size, jnp.float32)
+  if weighting == 'examples':
+    kept = jnp.where(members, counts, 0)
+    return kept.astype(jnp.float32) / jnp.sum(kept)
+  k = jnp.sum(members.astype(jnp.int32)).astype(jnp.float32)
+  return jnp.where(members, 1.0 / k, 0.0).astype(jnp.float32)
 
 
 def draw_cohort(state, data, rkey, concept, scenario, cohort_size, sampler, cohorts):

@@ -114,6 +114,7 @@ def plan(config: Config) -> list:
   config.validate()
   grid = parse_grid(config.grid)
   applies.check_grid(config, grid)  # an axis nothing reads would only repeat runs
+  check_cohort_axis(config, grid)
   diagnostics.check(config.diag_features_rounds, config.diag_features_n,
                     config.personalize_every_eval, config.personalize)
   if config.diag_attention:
@@ -129,6 +130,31 @@ def plan(config: Config) -> list:
       runs.append(RunSpec(len(runs), config.seed + s, point,
                           resolve(dataclasses.replace(at_point, seed=config.seed + s))))
   return runs
+
+
+# Algorithms whose round a cohort masked up to a larger size leaves exactly as the lone
+# cohort's (their server update reads only the weighted sum of the deltas): a --grid over
+# --clients_per_round runs with these, without --aggregator or --local_terms.
+COHORT_AXIS_ALGOS = ('fedavg', 'fedprox')
+
+
+def check_cohort_axis(config: Config, grid: dict):
+  """UserError, in one line, when `grid` sweeps --clients_per_round over more than one value
+  in a run that cannot mask its cohorts (engine.make_round's cohort_k): an algorithm or
+  composition reading the whole cohort, class-covering or replayed cohorts, fresh clients,
+  or host-held client state."""
+  if len(set(grid.get('clients_per_round', ()))) < 2:
+    return
+  blocked = [f'--{n}={getattr(config, n)}' for n, ok in (
+      ('algo', config.algo in COHORT_AXIS_ALGOS), ('aggregator', not config.aggregator),
+      ('local_terms', not config.local_terms),
+      ('cohort_sampler', config.cohort_sampler == 'uniform'), ('cohorts', not config.cohorts),
+      ('scenario', config.scenario != 'longtail_stateless'),
+      ('client_state', config.client_state != 'host')) if not ok]
+  if blocked:
+    raise UserError(f'--grid: clients_per_round cannot be swept with {blocked[0]} (cohorts are '
+                    'masked up to the largest size, exact only for uniform cohorts of '
+                    f'{"/".join(COHORT_AXIS_ALGOS)} on device); give one value per command')
 
 
 class _Shared(NamedTuple):
@@ -525,7 +551,10 @@ def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
   if shared.cohorts is not None:  # --cohorts=file:, the same for every run (no run axis)
     inputs['cohorts'] = jnp.asarray(shared.cohorts)
   max_local_steps = max(e.max_local_steps for e in experiments)
-  step = _make_step(runs[0].config, experiments[0], max_local_steps, width)
+  sizes = [e.config.clients_per_round for e in padded]
+  if len(set(sizes)) > 1:  # a --grid over it: each run's k, its cohort masked up to the largest
+    inputs['cohort_size'] = jnp.asarray(sizes, jnp.int32)
+  step = _make_step(*_widest(runs, experiments, platform), max_local_steps, width)
   state = _stack([e.state._replace(clients=()) for e in padded])
   if config.client_state == 'host':  # numpy [R, N, ...]: the table never enters the device
     state = state._replace(clients=jax.tree.map(lambda *a: np.stack(a),
@@ -538,6 +567,19 @@ def build(config: Config, runs=None, preflight=None, platform=None) -> Study:
   return Study(config, runs, experiments, traced, width,
                _stack_tables([e.data for e in padded]), inputs, state, step, max_local_steps)
 
+
+def _widest(runs, experiments, platform=None):
+  """(config, experiment) the step is built from: run 0's, at the largest --clients_per_round
+  of the runs (a cohort is drawn at that size and masked to each run's own) and with the
+  client chunk width for it."""
+  size = max(s.config.clients_per_round for s in runs)
+  base, exp = runs[0].config, experiments[0]
+  if base.clients_per_round == size:
+    return base, exp
+  base = dataclasses.replace(base, clients_per_round=size)
+  return base, exp._replace(config=base, chunk=parallelism(base, exp.model.family, platform)[0])
+
+
 def per_run_schedule(experiments) -> dict:
   """{'local_steps' / 'local_epochs': int32 [R]} for those of the experiments' Schedule values
   that differ between runs (a --grid over them), {} when every run has the same: the round then
@@ -547,15 +589,15 @@ def per_run_schedule(experiments) -> dict:
           if len({getattr(e.schedule, n) for e in experiments}) > 1}
 
 
-
 def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk, scenario,
-                    pipeline, client_probe=None, cohorts=None, cohort_rows=False):
+                    pipeline, client_probe=None, cohorts=None, cohort_rows=False, cohort_k=None):
   """round_fn(state, data) -> (state, metrics) of one run. The algorithm is built inside the
   trace at the round's client learning rate (schedules.py: --lr_schedule at state.round), so
   a schedule costs the host nothing and a resume continues it exactly; with a constant
   schedule the config is untouched and the program is the unscheduled one. cohorts: see
   engine.make_round (--cohorts=file:), or None to sample. cohort_rows: state.clients holds
-  the cohort's rows only (--client_state=host; engine.make_round)."""
+  the cohort's rows only (--client_state=host; engine.make_round). cohort_k: the run's own
+  cohort size when it is below --clients_per_round (engine.make_round), or None."""
   lr_flags = schedules.Flags(config.lr_schedule, config.lr, config.rounds, config.lr_decay,
                              config.lr_step_rounds, config.lr_min)
 
@@ -572,10 +614,11 @@ def scheduled_round(config, model, server_data, schedule, max_local_steps, chunk
         scenario, pipeline, client_probe, config.diag_attention, cohorts,
         unreliable.from_values(config.dropout_prob, config.straggler_frac,
                                config.straggler_min_steps),
-        cohort_rows=cohort_rows)(state, data)
+        cohort_rows=cohort_rows, cohort_k=cohort_k)(state, data)
     return state, {**metrics, **schedules.diagnostics(lr_schedule, lr)}
 
   return round_fn
+
 
 def _run_scenario(exp: Experiment, config: Config, hp: dict):
   """The run's scenario: exp's, or rebuilt from config when a traced value (hp) is one the
@@ -584,7 +627,6 @@ def _run_scenario(exp: Experiment, config: Config, hp: dict):
     return exp.scenario
   return registry.build('scenario', config.scenario, config,
                         num_classes=exp.dataset.num_classes, y_train=exp.dataset.y_train)
-
 
 
 def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
@@ -597,7 +639,8 @@ def _make_step(base: Config, exp: Experiment, max_local_steps: int, width: int):
     round_fn = scheduled_round(config, exp.model, run_inputs['server_data'], schedule,
                                max_local_steps, exp.chunk, _run_scenario(exp, config,
                                                                          run_inputs['hp']),
-                               exp.pipeline, probe, cohorts, base.client_state == 'host')
+                               exp.pipeline, probe, cohorts, base.client_state == 'host',
+                               run_inputs.get('cohort_size'))
     return round_fn(state, data._replace(client_index=index, client_count=count,
                                          label_hist=hist))
 

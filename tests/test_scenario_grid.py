@@ -23,9 +23,18 @@ def _metrics(path, **match):
   return [{k: r[k] for k in COLUMNS} for r in csv_rows(path, **match)]
 
 
-def _sweep_equals_single_runs(npz, tmp_path, grid, **extra):
+def _rounds(path, **match):
+  """rounds.csv's per-round diagnostics (train loss, drift, shifts), without run and time."""
+  return [{k: v for k, v in r.items() if k not in ('run', 'elapsed_s')}
+          for r in csv_rows(path, **match)]
+
+
+def _sweep_equals_single_runs(npz, tmp_path, grid, exact_rounds=True, **extra):
   """Runs `grid` x 2 seeds as one program, then each of its runs alone; asserts their
-  metrics equal, string for string (the CSVs carry every float's shortest repr)."""
+  metrics equal, string for string (the CSVs carry every float's shortest repr), and their
+  per-round diagnostics too with exact_rounds (else to float32 rounding: vmapped runs reduce
+  them in another order; a static --local_steps or --dropout_prob=0 compiles the lone run's
+  loss sums or diagnostics another way)."""
   summary = fedjax_drift.run(sweep_config(npz, tmp_path / 'sweep', seeds=2, grid=grid, **extra),
                              **QUIET)
   assert summary['segment_compilations'] == 1
@@ -40,6 +49,14 @@ def _sweep_equals_single_runs(npz, tmp_path, grid, **extra):
                      **QUIET)
     assert _metrics(tmp_path / 'sweep' / 'metrics.csv', run=run['run']) == \
         _metrics(out / 'metrics.csv'), (run, point)
+    mine, single = _rounds(tmp_path / 'sweep' / 'rounds.csv', run=run['run']), \
+        _rounds(out / 'rounds.csv')
+    if exact_rounds:  # runs one after another: every diagnostic bit for bit
+      assert mine == single, (run, point)
+    else:  # the model's equal; the loss and drift summaries to float32 rounding
+      keys = list(single[0])  # a traced --dropout_prob adds its own columns
+      np.testing.assert_allclose([[float(r[k]) for k in keys] for r in mine],
+                                 [[float(r[k]) for k in keys] for r in single], rtol=1e-5)
   return runs
 
 
@@ -57,15 +74,28 @@ def test_parse_grid_types_scenario_axes_and_refuses_shapes():
 
 @pytest.mark.parametrize('grid,extra', [
     ('dirichlet_alpha:0.3,3', dict(run_chunk=1)),
-    ('local_epochs:1,3', {}),
-    ('local_steps:2,5', dict(local_epochs=0, local_steps=2, run_chunk=1)),
+    ('local_epochs:1,3', dict(exact_rounds=False)),
+    ('local_steps:2,5', dict(local_epochs=0, local_steps=2, run_chunk=1, exact_rounds=False)),
     ('concept_shift_prob:0.2,0.9', dict(scenario='concept_shift', rounds=6, eval_every=1,
                                         run_chunk=1)),
-    ('dropout_prob:0,0.5', dict(run_chunk=1)),
+    ('dropout_prob:0,0.5', dict(run_chunk=1, exact_rounds=False)),
+    ('clients_per_round:2,4', dict(exact_rounds=False)),
+    ('clients_per_round:4,2;local_epochs:1,2', dict(algo='fedprox', weighting='uniform',
+                                                   dropout_prob=0.3, run_chunk=1)),
 ])
 @pytest.mark.slow
 def test_scenario_sweep_runs_equal_single_runs(tiny_npz, tmp_path, grid, extra):
   _sweep_equals_single_runs(tiny_npz, tmp_path, grid, **extra)
+
+
+def test_a_cohort_axis_is_refused_in_one_line_where_it_cannot_be_masked(tiny_npz, tmp_path):
+  for kw, named in ((dict(algo='scaffold'), '--algo=scaffold'),
+                    (dict(cohort_sampler='cover_classes'), '--cohort_sampler=cover_classes'),
+                    (dict(client_state='host'), '--client_state=host')):
+    config = sweep_config(tiny_npz, tmp_path / 'x', grid='clients_per_round:2,3', **kw)
+    with pytest.raises(UserError, match=f'clients_per_round cannot be swept with {named}') as e:
+      fedjax_drift.run(config, **QUIET)
+    assert '\n' not in str(e.value)
 
 
 @pytest.mark.slow
