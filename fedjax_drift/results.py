@@ -319,16 +319,17 @@ def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
     out['selected'] = selected(cfg.resolved_select_on(), out['grid_points'])
   if len(study.runs) == 1:
     out.update({k: v for k, v in per_run[0].items() if k not in ('run', 'seed')})
-  uncovered = splits.coverage_warning(cfg, study.experiments)  # the data's, before the runs'
-  out['warnings'] = ([w.removeprefix('warning: ') for w in (uncovered, dp_warning(cfg, study))
+  # the data's warnings, before the runs'
+  uncovered = splits.coverage_warning(cfg.partition, study.experiments)
+  out['warnings'] = ([w.removeprefix('warning: ') for w in (uncovered, dp_warning(study))
                       if w] + run_warnings(per_run, {s.index: run_label(s) for s in study.runs}))
   return out
 
 
-def dp_warning(cfg, study) -> str:
+def dp_warning(study) -> str:
   """dp.noise_warning for the study's DP aggregator (--algo=dp_fedavg, --aggregator=
   dp_gaussian), '' otherwise: the run says it before training and summary.json lists it."""
-  exp = study.experiments[0]
+  cfg, exp = study.config, study.experiments[0]
   return dp.noise_warning(algorithms.recipe(cfg).aggregator, cfg.dp_clip, cfg.dp_noise,
                           cfg.clients_per_round,
                           sum(int(np.size(a)) for a in jax.tree.leaves(exp.state.params)))
@@ -522,7 +523,8 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
 
 def _divergence_message(study, bad, run_dir):
   cfg = study.config
-  hint = f'lower --lr (now {cfg.lr:g}){_own_knobs(cfg)} or check the data'
+  knobs = _own_knobs(cfg.algo, lambda k: getattr(cfg, k))
+  hint = f'lower --lr (now {cfg.lr:g}){knobs} or check the data'
   if len(bad) == 1:
     r = bad[0]
     where = f', first at client {r["diverged_client"]}' if r['diverged_client'] >= 0 else ''
@@ -532,14 +534,15 @@ def _divergence_message(study, bad, run_dir):
           f'{_checkpoint_note(run_dir)}; {hint}')
 
 
-def _own_knobs(cfg):
+def _own_knobs(algo, value_of):
   """', --for_alpha (now 5), --for_scale (now paper)': the flags of the run's method (its
-  recipe's step_knobs) that set how far a step moves, which a divergence may come from."""
-  names = cfg.algo.split(',') if ',' in cfg.algo else [cfg.algo]
+  recipe's step_knobs) that set how far a step moves, which a divergence may come from.
+  algo: --algo; value_of(flag): that flag's value in the run."""
+  names = algo.split(',')
   knobs = [k for n in names if registry.find('algorithm', n) is not None
            for k in algorithms.recipes.get(n).step_knobs]
   now = lambda v: f'{v:g}' if isinstance(v, float) else v
-  return ''.join(f', --{k} (now {now(getattr(cfg, k))})' for k in dict.fromkeys(knobs))
+  return ''.join(f', --{k} (now {now(value_of(k))})' for k in dict.fromkeys(knobs))
 
 
 def checkpoint_rounds(run_dir) -> list:

@@ -98,10 +98,10 @@ def _run(config, log):
       fingerprint = inputs.fingerprint(input_flags(config))
       study = distributed.place(build(config, runs, preflight.before_build(config, runs)))
       inputs.check_unchanged(fingerprint, run_dir, while_reading=True)
-      uncovered = splits.coverage_warning(config, study.experiments)
+      uncovered = splits.coverage_warning(config.partition, study.experiments)
       if uncovered:
         log(uncovered)
-      noisy = results.dp_warning(config, study)  # DP noise that drowns every update
+      noisy = results.dp_warning(study)  # DP noise that drowns every update
       if noisy:
         log(noisy)
       interrupts.check()

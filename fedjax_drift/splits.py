@@ -116,10 +116,10 @@ def untrained_test_classes(exp) -> np.ndarray:
   return np.setdiff1d(np.unique(np.asarray(exp.dataset.y_test)), trained)
 
 
-def coverage_warning(config, experiments) -> str:
-  """The one-line warning for runs whose partition gives no client some class of the test
-  set ('' when every run's clients hold every test class). The run goes on: the global
-  model is scored on classes it never trained on."""
+def coverage_warning(partition, experiments) -> str:
+  """The one-line warning for runs whose partition (--partition's name) gives no client
+  some class of the test set ('' when every run's clients hold every test class). The run
+  goes on: the global model is scored on classes it never trained on."""
   missing = [(exp.config.seed, untrained_test_classes(exp)) for exp in experiments]
   missing = [(seed, classes) for seed, classes in missing if len(classes)]
   if not missing:
@@ -131,7 +131,7 @@ def coverage_warning(config, experiments) -> str:
           f'{len(missing)} of {len(experiments)} runs; seed {seed}')
   shown = ', '.join(map(str, classes[:8].tolist())) + (
       f', ... ({len(classes)} in all)' if len(classes) > 8 else '')
-  return (f'warning: --partition={config.partition} gives no client class(es) {shown} of the '
+  return (f'warning: --partition={partition} gives no client class(es) {shown} of the '
           f'test set ({share} of its {len(y_test)} examples; {runs}): the global model is '
           'tested on classes it never trains on (splits.csv lists each split; the run '
           'continues)')

@@ -121,5 +121,7 @@ def test_fedgens_own_weights_are_named_by_a_divergence():
   """FedGen on defaults (alpha = beta = 10, the code's, at --lr=0.05 and 80 local steps) jumps
   in round 2 (mean client update norm 1.2 -> 56) and ends at chance: its weights are the knobs
   a divergence line names beside --lr."""
-  assert results._own_knobs(Config(algo='fedgen')) == (  # pylint: disable=protected-access
+  config = Config(algo='fedgen')
+  own_knobs = results._own_knobs  # pylint: disable=protected-access
+  assert own_knobs(config.algo, lambda k: getattr(config, k)) == (
       ', --fedgen_alpha (now 10), --fedgen_beta (now 10)')

@@ -67,7 +67,7 @@ def test_summary_json_selects_the_point_that_kept_its_seeds():
 def test_summary_selects_through_the_path_simulation_uses(monkeypatch):
   """results.summary, which simulation._finish writes to summary.json, with a stand-in study
   (only what summary reads; its partitions' test-class coverage is tests/test_splits.py's)."""
-  monkeypatch.setattr(results.splits, 'coverage_warning', lambda config, experiments: '')
+  monkeypatch.setattr(results.splits, 'coverage_warning', lambda partition, experiments: '')
   per_run = _per_run()
   exp = types.SimpleNamespace(
       algo=types.SimpleNamespace(communication=lambda params: {'up': 10, 'down': 10}),

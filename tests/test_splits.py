@@ -69,7 +69,7 @@ def test_fedgkd_holds_out_ten_percent_of_each_class_on_every_reader(tmp_path, ki
   server = {int(r['label']): int(r['count']) for r in rows if r['split'] == 'server_val'}
   assert server == {c: 1 for c in range(10)}
   assert {int(r['client']) for r in rows if r['split'] == 'server_val'} == {-1}
-  assert splits.coverage_warning(exp.config, [exp]) == ''
+  assert splits.coverage_warning(exp.config.partition, [exp]) == ''
 
 
 def test_the_stratified_tail_is_close_to_the_code_s_tail_on_a_random_order():
@@ -143,11 +143,11 @@ def test_a_partition_without_some_test_class_is_one_warning_line():
   experiments = study.build(config).experiments
   missing = splits.untrained_test_classes(experiments[0])
   assert len(missing) == 7  # three single-class clients of 10 classes
-  line = splits.coverage_warning(config, experiments)
+  line = splits.coverage_warning(config.partition, experiments)
   assert line.startswith('warning: --partition=shards gives no client class(es) '
                          f'{", ".join(map(str, missing))} of the test set (')
   assert '2 of 2 runs; seed 0' in line and 'the run continues' in line and '\n' not in line
-  assert '(700 of its 1000 examples; seed 0)' in splits.coverage_warning(config,
+  assert '(700 of its 1000 examples; seed 0)' in splits.coverage_warning(config.partition,
                                                                          experiments[:1])
   # splits.csv: one set of rows per run of the sweep, each run's own partition
   rows = list(csv.DictReader(splits.csv_text(experiments).splitlines()))
@@ -171,7 +171,7 @@ def test_runs_write_splits_csv_warn_and_resume_whole(tmp_path):
   fedjax_drift.run(config, log=logs.append)
   warned = [line for line in logs if line.startswith('warning: --partition')]
   assert len(warned) == 1 and warned[0] == splits.coverage_warning(
-      config, study.build(config).experiments)
+      config.partition, study.build(config).experiments)
   summary = json.loads((tmp_path / 'run' / 'summary.json').read_text())
   assert summary['warnings'][0] == warned[0].removeprefix('warning: ')  # and in summary.json
   path = tmp_path / 'run' / 'splits.csv'
