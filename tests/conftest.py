@@ -91,7 +91,8 @@ _MAX_BYTES = 4 << 30
 def _point_jax_at(path):
   """Turns this process's persistent compilation cache on at `path`, with the session's
   thresholds (a test may have turned it off or moved it, as `--compile_cache` does)."""
-  if jax.config.jax_compilation_cache_dir == path and jax.config.jax_enable_compilation_cache:
+  if (jax.config.jax_compilation_cache_dir == path and jax.config.jax_enable_compilation_cache
+      and jax.config.jax_persistent_cache_min_compile_time_secs == _MIN_COMPILE_S):
     return
   compilation_cache.reset_cache()
   jax.config.update('jax_enable_compilation_cache', True)
