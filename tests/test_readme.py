@@ -7,8 +7,9 @@ command is tested as soon as it is written. Placeholders (DIR, RUN_DIR, NAME, DA
 a temporary path, synthetic downloads (tests/fixtures.py) or the first preset. Datasets that
 need files are imported from those synthetic downloads into a temporary cache first.
 
-The README is a front page: short, linking every docs page, with a map of the package whose
-lines are the modules' docstrings (`python tests/test_readme.py` prints the map as it must be).
+The README is a front page: short, linking every docs page. docs/package_map.md maps the package,
+one line per module, the lines being the modules' docstrings (`python tests/test_readme.py`
+prints the map as it must be); it is off the front page so that a new module costs it no line.
 Every relative link of the pages points at a file, and at a heading where it names one.
 """
 import ast
@@ -27,9 +28,9 @@ import layouts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, 'README.md')
+PACKAGE_MAP = 'docs/package_map.md'
 PACKAGE = 'fedjax_drift'
 README_MAX_LINES = 220
-MAP_HEADING = '## Package map'
 FENCE = re.compile(r'^```(\w*)[^\n]*\n(.*?)^```', re.M | re.S)
 INLINE = re.compile(r'`((?:python|fedjax-drift-data|fedjax-drift) [^`]+)`')
 SHELL = ('bash', 'sh', 'shell', 'console', '')
@@ -341,9 +342,9 @@ def module_summary(path):
 
 
 def package_map():
-  """The README's package map as it must be: one line per module file of the package, in path
-  order; a subpackage by its __init__.py, shown as its folder; an empty __init__.py is left
-  out (the folder's modules are listed)."""
+  """The package map (docs/package_map.md) as it must be: one line per module file of the
+  package, in path order; a subpackage by its __init__.py, shown as its folder; an empty
+  __init__.py is left out (the folder's modules are listed). Links are relative to docs/."""
   lines = []
   for path in glob.glob(os.path.join(ROOT, PACKAGE, '**', '*.py'), recursive=True):
     rel = os.path.relpath(path, ROOT).replace(os.sep, '/')
@@ -352,25 +353,24 @@ def package_map():
         if not f.read().strip():
           continue
       rel = rel[:-len('__init__.py')]
-    lines.append((rel, f'- [`{rel}`]({rel}): {module_summary(path)}'))
+    lines.append((rel, f'- [`{rel}`](../{rel}): {module_summary(path)}'))
   return [line for _, line in sorted(lines)]
 
 
-def _readme_map():
-  """The '- ' lines of the README's package map section."""
-  section = _readme().split(f'\n{MAP_HEADING}\n', 1)[1].split('\n#', 1)[0]
-  return [line for line in section.splitlines() if line.startswith('- ')]
+def _written_map():
+  """The '- ' lines of docs/package_map.md."""
+  return [line for line in _read(PACKAGE_MAP).splitlines() if line.startswith('- ')]
 
 
-def test_readme_package_map_lists_every_module_with_its_docstring():
+def test_package_map_lists_every_module_with_its_docstring():
   """A new module (or a changed first sentence) needs its line: `python tests/test_readme.py`
   prints the whole map."""
-  want, have = package_map(), _readme_map()
+  want, have = package_map(), _written_map()
   missing = [line for line in want if line not in have]
   stale = [line for line in have if line not in want]
-  assert not missing and not stale, ('README package map: add or replace\n' +
+  assert not missing and not stale, (f'{PACKAGE_MAP}: add or replace\n' +
                                      '\n'.join(missing) + '\nremove\n' + '\n'.join(stale))
-  assert have == want, 'README package map: keep the lines in path order'
+  assert have == want, f'{PACKAGE_MAP}: keep the lines in path order'
 
 
 def test_readme_is_a_front_page():
