@@ -8,13 +8,18 @@ own inside one run directory, the way a preset runs its methods:
   RUN_DIR/<algo>/        each method's run directory: its grid (the other axes) x --seeds,
                          with runs.csv, metrics.csv, summary.json and checkpoints as usual
   RUN_DIR/runs.csv       every method's runs, with an algo column
-  RUN_DIR/table.csv      one row per method: its selected grid point (results.selected, the
-                         one selection rule) and that point's statistics over the seeds
-                         (and its mean final_dp_epsilon, for a DP method); every method
-                         after the first also its paired difference to the first, final and
-                         best accuracy over the seeds both ran (<stat>_minus_<first>_mean/lo/hi)
-  RUN_DIR/summary.json   per method: its grid points, its selection and its directory;
-                         paired: {method: {stat: the paired difference to the first}}
+  RUN_DIR/table.csv      one row per method and scenario (the values of the grid's scenario
+                         axes, config.SCENARIO_AXES, each a column): its selected grid point
+                         there (results.selected_per_scenario, the one selection rule, within
+                         the scenario) and that point's statistics over the seeds (and its
+                         mean final_dp_epsilon, for a DP method); every method after the
+                         first also its paired difference to the first in the same scenario,
+                         final and best accuracy over the seeds both ran
+                         (<stat>_minus_<first>_mean/lo/hi)
+  RUN_DIR/summary.json   per method: its grid points, its selection per scenario (and, with
+                         one scenario, 'selected') and its directory; paired_per_scenario:
+                         [{scenario, paired: {method: {stat: difference to the first}}}]
+                         (and, with one scenario, paired: that scenario's)
 
 A grid axis that a method does not read (prox_mu for fedavg) is left out of that method's grid
 (its points would repeat one run), and the run says so. --resume continues every method from
@@ -140,9 +145,12 @@ def run_all(config: Config, log, run_one) -> dict:
   report.write_json(os.path.join(run_dir, 'summary.json'), summary)
   record.set(finished=True)
   _log_table(summary['table'], run_dir, log)
-  for m, diffs in summary['paired'].items():
-    log(f'{m} - {methods[0]}, paired by seed: '
-        + ', '.join(f'{key.split("_")[0]} {stats.fmt_difference(d)}' for key, d in diffs.items()))
+  for entry in summary['paired_per_scenario']:
+    where = f' at {results.label(entry["scenario"], "")}' if entry['scenario'] else ''
+    for m, diffs in entry['paired'].items():
+      log(f'{m} - {methods[0]}{where}, paired by seed: '
+          + ', '.join(f'{key.split("_")[0]} {stats.fmt_difference(d)}'
+                      for key, d in diffs.items()))
   return summary
 
 
@@ -175,40 +183,65 @@ def _open(config, run_dir, methods, files, log):
 
 
 def _summary(config, methods, configs, summaries, run_dir) -> dict:
-  """summary.json of the methods run: each method's selection by results.selected."""
+  """summary.json of the methods run: each method's selection per scenario by
+  results.selected_per_scenario, a table row per method and scenario, and each later
+  method's paired difference to the first in each scenario."""
   select_on = config.resolved_select_on()
   per_method, table = {}, []
   for m, c in zip(methods, configs):
     s = summaries[m]
-    chosen = results.selected(select_on, s['grid_points'])
+    chosen = results.selected_per_scenario(select_on, s['grid_points'])
     per_method[m] = {'run_dir': c.out, 'scored_model': s.get('scored_model', ''),
                      'grid': s['grid'], 'weighting': s['weighting'],
                      'num_runs': s['num_runs'], 'grid_points': s['grid_points'],
-                     'selected': chosen}
-    point = next((g for g in s['grid_points'] if g['grid_point'] == chosen['grid_point']),
-                 None)
-    row = {AXIS: m, 'scored_model': s.get('scored_model', ''),  # global or personal
-           'grid_point': ' '.join(f'{k}={v:g}' for k, v in
-                                  (chosen['grid_point'] or {}).items()),
-           'seeds': point['seeds'] if point else 0,
-           'diverged': point['diverged'] if point else s['num_runs']}
-    for key in TABLE_STATS:
-      stat = chosen[key] or {}
-      row[f'{key}_mean'], row[f'{key}_std'] = stat.get('mean'), stat.get('std')
-    row.update(_carried_means(s['runs'], chosen['grid_point']))
-    table.append(row)
-  paired = _paired_to_first(methods, summaries, per_method)
-  for row in table[1:]:
-    for key, diff in paired[row[AXIS]].items():
-      row.update({f'{key}_minus_{methods[0]}_{k}': diff[k] for k in ('mean', 'lo', 'hi')})
+                     'selected_per_scenario': chosen}
+    if len(chosen) == 1:
+      per_method[m]['selected'] = {k: v for k, v in chosen[0].items()
+                                   if k not in ('scenario', 'points')}
+    table += [_table_row(m, s, sel) for sel in chosen]
+  def chosen_in(scenario):
+    return {m: next((sel['grid_point'] for sel in per_method[m]['selected_per_scenario']
+                     if sel['scenario'] == scenario), None) for m in methods}
+  paired = [{'scenario': scenario, 'paired': _paired_to_first(methods, summaries,
+                                                              chosen_in(scenario))}
+            for scenario, _ in results.by_scenario(summaries[methods[0]]['grid_points'])]
+  for row in table:
+    if row[AXIS] != methods[0]:
+      diffs = next((p['paired'].get(row[AXIS], {}) for p in paired
+                    if p['scenario'] == row['_scenario']), {})
+      for key, diff in diffs.items():
+        row.update({f'{key}_minus_{methods[0]}_{k}': diff[k] for k in ('mean', 'lo', 'hi')})
+  for row in table:
+    del row['_scenario']
+  one = {'paired': paired[0]['paired']} if len(paired) == 1 else {}
   return {'methods': methods, 'grid': config.grid, 'select_on': select_on,
-          'by': per_method[methods[0]]['selected']['by'],
+          'by': per_method[methods[0]]['selected_per_scenario'][0]['by'],
           'num_runs': sum(s['num_runs'] for s in summaries.values()),
           'seeds': sorted({seed for s in summaries.values() for seed in s['seeds']}),
           'rounds': config.rounds, 'dataset': summaries[methods[0]]['dataset'],
-          'run_dir': run_dir, 'per_method': per_method, 'table': table, 'paired': paired,
+          'run_dir': run_dir, 'per_method': per_method, 'table': table,
+          'paired_per_scenario': paired, **one,
           'warnings': [f'--algo={m}: {w}' for m in methods
                        for w in summaries[m].get('warnings') or []]}
+
+
+def _table_row(method, summary, chosen) -> dict:
+  """table.csv's row of `method` in one scenario: the scenario's values, the hyperparameters
+  chosen there (grid_point) and that point's statistics over its seeds."""
+  point = next((g for g in summary['grid_points']
+                if g['grid_point'] == chosen['grid_point']), None)
+  scenario = chosen['scenario']
+  hyper = {k: v for k, v in (chosen['grid_point'] or {}).items() if k not in scenario}
+  row = {AXIS: method, '_scenario': scenario, **scenario,
+         'scored_model': summary.get('scored_model', ''),  # global or personal
+         'grid_point': ' '.join(f'{k}={v:g}' for k, v in hyper.items()),
+         'seeds': point['seeds'] if point else 0,
+         'diverged': point['diverged'] if point else summary['num_runs']}
+  for key in TABLE_STATS:
+    stat = chosen[key] or {}
+    row[f'{key}_mean'], row[f'{key}_std'] = stat.get('mean'), stat.get('std')
+  row.update(_carried_means(summary['runs'], chosen['grid_point']))
+  return row
 
 
 def _per_seed(runs, point, key) -> dict:
@@ -217,14 +250,17 @@ def _per_seed(runs, point, key) -> dict:
           if all(r.get(k) == v for k, v in (point or {}).items())}
 
 
-def _paired_to_first(methods, summaries, per_method) -> dict:
+def _paired_to_first(methods, summaries, chosen) -> dict:
   """{method: {stat: stats.paired_difference}} of every method after the first against the
-  first, each at its selected grid point, over the seeds both ran (same partitions, cohorts,
-  batches and initial model: the runs are paired by seed)."""
-  def values(m, key):
-    return _per_seed(summaries[m]['runs'], per_method[m]['selected']['grid_point'], key)
-  return {m: {key: stats.paired_difference(values(m, key), values(methods[0], key))
-              for key in ('final_accuracy', 'best_accuracy')} for m in methods[1:]}
+  first, each at its grid point in chosen ({method: point, None where it has none}: what it
+  selected in one scenario), over the seeds both ran (same partitions, cohorts, batches and
+  initial model: the runs are paired by seed and scenario). A method without a point, or
+  with the first method without one, is left out."""
+  first = chosen.get(methods[0])
+  return {m: {key: stats.paired_difference(_per_seed(summaries[m]['runs'], chosen[m], key),
+                                           _per_seed(summaries[methods[0]]['runs'], first, key))
+              for key in ('final_accuracy', 'best_accuracy')}
+          for m in methods[1:] if first is not None and chosen.get(m) is not None}
 
 
 def _carried_means(runs, point) -> dict:

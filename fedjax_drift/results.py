@@ -9,7 +9,10 @@ Run directory (the same layout for one run and for many):
   rounds.csv     one row per run and round: drift diagnostics (and algorithm diagnostics)
   shifts.csv     --scenario=concept_shift: one row per run and shift, with its recovery
   summary.json   per run and per grid point (mean +- std over the seeds that did not diverge);
-                 with one run, that run's metrics are also at the top level; warnings: the
+                 with one run, that run's metrics are also at the top level; with several
+                 grid points, the selection within each scenario (selected_per_scenario:
+                 the hyperparameters chosen at each alpha, E, K; selected: the one selection
+                 when the grid has no scenario axes); warnings: the
                  sanity checks a run failed (sanity_warnings), after a partition that leaves
                  some test class to no client (splits.coverage_warning)
   accuracy.png, drift.png, partition.png, checkpoints/, personalization.csv (calibrate)
@@ -28,6 +31,7 @@ import numpy as np
 from fedjax_drift import (algorithms, evaluation, metrics, personalize, registry, report, splits,
                           stats, tensorboard)
 from fedjax_drift.algorithms import dp
+from fedjax_drift.config import SCENARIO_AXES
 from fedjax_drift.data import federated
 from fedjax_drift.errors import DivergenceError
 
@@ -87,6 +91,32 @@ def selected(select_on, groups) -> dict:
   return {'select_on': select_on, 'by': key,
           'grid_point': chosen['grid_point'] if chosen is not None else None,
           **{k: chosen[k] if chosen is not None else None for k in tested}}
+
+
+def scenario_of(point) -> dict:
+  """The scenario axes' values of a grid point ({flag: value}, config.SCENARIO_AXES: the
+  data's heterogeneity, the cohort size, the local work), in the point's order."""
+  return {k: v for k, v in point.items() if k in SCENARIO_AXES}
+
+
+def by_scenario(groups) -> list:
+  """[(scenario, its groups)]: grid_summaries' groups (or anything with a 'grid_point')
+  grouped by scenario_of their point, scenarios in first-seen order. A grid without
+  scenario axes is one scenario, {}."""
+  out = {}
+  for g in groups:
+    scenario = scenario_of(g['grid_point'])
+    out.setdefault(tuple(scenario.items()), (scenario, []))[1].append(g)
+  return list(out.values())
+
+
+def selected_per_scenario(select_on, groups) -> list:
+  """summary.json 'selected_per_scenario': selected() within each scenario of `groups`, as
+  [{'scenario': {flag: value}, 'points': how many it chose among, **selected(...)}]. The
+  hyperparameters are chosen at each scenario (the best lr at each alpha), never across
+  scenarios: a point's score at another alpha says nothing about this one."""
+  return [{'scenario': scenario, 'points': len(mine), **selected(select_on, mine)}
+          for scenario, mine in by_scenario(groups)]
 
 
 def grid_points(specs) -> list:
@@ -316,7 +346,10 @@ def summary(study, per_run, run_dir, compiled, total_s, train_s) -> dict:
       'grid_points': grid_summaries(grid_points(study.runs), per_run, cfg.has_validation),
   }
   if len(out['grid_points']) > 1:
-    out['selected'] = selected(cfg.resolved_select_on(), out['grid_points'])
+    per_scenario = selected_per_scenario(cfg.resolved_select_on(), out['grid_points'])
+    out['selected_per_scenario'] = per_scenario
+    if len(per_scenario) == 1:  # one scenario: its selection is the study's
+      out['selected'] = selected(cfg.resolved_select_on(), out['grid_points'])
   if len(study.runs) == 1:
     out.update({k: v for k, v in per_run[0].items() if k not in ('run', 'seed')})
   # the data's warnings, before the runs'
@@ -501,12 +534,9 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
         continue
       log(f'{label(g["grid_point"], cfg.algo)}: {_point_line(g)}'
           + (f' ({g["diverged"]} diverged)' if g['diverged'] else ''))
-    chosen = summary_.get('selected')
-    if chosen and chosen['grid_point'] is not None:
-      test = chosen['last10_mean_accuracy']
-      log(f'selected on {chosen["select_on"]} ({chosen["by"]}): '
-          f'{label(chosen["grid_point"], cfg.algo)}; its test last-10% mean {test["mean"]:.4f}'
-          + (f' [{test["ci95"][0]:.4f}, {test["ci95"][1]:.4f}]' if test['ci95'] else ''))
+    for chosen in summary_.get('selected_per_scenario', []):
+      if chosen['grid_point'] is not None and chosen['points'] > 1:
+        log(selection_line(chosen, cfg.algo))
     log(f'done: {len(per_run)} runs; {timing} -> {summary_["run_dir"]}')
   if summary_.get('warnings'):  # one line, whatever the count: summary.json has them all
     log(f'warning: sanity check{"s" * (len(summary_["warnings"]) > 1)} failed: '
@@ -519,6 +549,17 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
         + '; '.join(f'run {r["run"]} ({run_label(study.runs[r["run"]])}) in round '
                     f'{r["diverged_round"]}' for r in bad))
   return summary_
+
+
+def selection_line(chosen, algo) -> str:
+  """'selected at dirichlet_alpha=0.1 on validation (...): lr=0.1; its test last-10% mean
+  0.8000 [0.7900, 0.8100]' for a selected_per_scenario entry (no 'at' without scenario axes)."""
+  test, scenario = chosen['last10_mean_accuracy'], chosen.get('scenario') or {}
+  rest = {k: v for k, v in chosen['grid_point'].items() if k not in scenario}
+  where = f' at {label(scenario, algo)}' if scenario else ''
+  return (f'selected{where} on {chosen["select_on"]} ({chosen["by"]}): {label(rest, algo)}; '
+          f'its test last-10% mean {test["mean"]:.4f}'
+          + (f' [{test["ci95"][0]:.4f}, {test["ci95"][1]:.4f}]' if test['ci95'] else ''))
 
 
 def _divergence_message(study, bad, run_dir):

@@ -49,9 +49,8 @@ def test_paired_difference_to_the_first_method():
                           run(0, .10, .10, .5)]},
       'fedfor': {'runs': [run(0, .83, .84, .5), run(1, .74, .74, .5),
                           run(2, None, None, .5, 'diverged')]}}
-  per_method = {'fedavg': {'selected': {'grid_point': {'lr': .1}}},
-                'fedfor': {'selected': {'grid_point': {'lr': .5}}}}
-  paired = methods._paired_to_first(['fedavg', 'fedfor'], summaries, per_method)
+  paired = methods._paired_to_first(['fedavg', 'fedfor'], summaries,
+                                    {'fedavg': {'lr': .1}, 'fedfor': {'lr': .5}})
   final = paired['fedfor']['final_accuracy']
   assert final['seeds'] == [0, 1]
   np.testing.assert_allclose(final['mean'], np.mean([.83 - .80, .74 - .70]))
