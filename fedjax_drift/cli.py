@@ -49,7 +49,7 @@ def build_parser(config_cls, suppress_defaults=False, valid=None):
 
   valid: {field name: valid values} listed in the help (e.g. catalog.values('algo')).
   """
-  from fedjax_drift.config import GROUPS  # pylint: disable=g-import-not-at-top
+  from fedjax_drift.core_flags import GROUPS  # pylint: disable=g-import-not-at-top
   parser = _Parser(usage='%(prog)s [--flag=value ...]',
                    description='Simulate federated learning under non-IID data. '
                    '`--list` shows the algorithms, models, datasets, partitions and '

@@ -1,7 +1,8 @@
 """The checks across flags that Config.validate() runs after each field's own rule.
 
 Each function takes a Config and raises UserError naming the first bad flag; `validate` runs
-them in order. Kept apart from config.py so that file stays the one flat list of flags.
+them in order. Kept apart from config.py (and core_flags.py, the one flat list of flags) so that
+each reads as one thing.
 """
 import dataclasses
 import importlib.util

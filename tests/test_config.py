@@ -5,7 +5,7 @@ import math
 import pytest
 
 from fedjax_drift import bounds as bounds_lib
-from fedjax_drift import config, config_checks
+from fedjax_drift import config, config_checks, core_flags
 from fedjax_drift.config import Config
 from fedjax_drift.errors import UserError
 
@@ -91,7 +91,7 @@ def outside(bounds, kind):
 
 def test_every_field_has_a_group_and_a_help_text():
   for f in config.fields():
-    assert f.metadata.get('group') in config.GROUPS, f.name
+    assert f.metadata.get('group') in core_flags.GROUPS, f.name
     assert f.metadata.get('help'), f.name
     assert config.metadata(f.name) == f.metadata
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import fedjax_drift
-from fedjax_drift import algorithms, catalog, config, errors, registry
+from fedjax_drift import algorithms, catalog, config, core_flags, errors, registry
 from fedjax_drift.models import zoo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,7 +31,7 @@ def test_help_groups_flags_and_lists_values():
   result = cli('--help')
   assert result.returncode == 0, result.stderr
   text = result.stdout
-  positions = [text.index(f'\n{g} flags:') for g in config.GROUPS]
+  positions = [text.index(f'\n{g} flags:') for g in core_flags.GROUPS]
   assert positions == sorted(positions)
   assert 'other flags:' not in text
   for name in list(algorithms.RECIPES) + list(zoo.models()) + ['tfds:NAME', 'dirichlet_client',
@@ -42,7 +42,7 @@ def test_help_groups_flags_and_lists_values():
 
 def test_every_field_has_a_help_group():
   for f in dataclasses.fields(fedjax_drift.Config):
-    assert f.metadata.get('group') in config.GROUPS, f.name
+    assert f.metadata.get('group') in core_flags.GROUPS, f.name
     assert f.metadata.get('help'), f.name
 
 
