@@ -20,7 +20,7 @@ TEMP_NAME_LEN = len(TEMP_PREFIX) + 8 + len(TEMP_SUFFIX)  # '.fjd-1a2b3c4d.tmp'
 
 # realpath of a run directory -> its rundir.Record while a run writes there (see
 # start_recording): files written there are entered in the record first, and temporaries
-# carry its tag. The run's Lock holder alone writes there, so one entry per directory.
+# carry its tag. The run's locks.Lock holder alone writes there, so one entry per directory.
 _records = {}
 
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift import (algorithms, applies, distributed, engine, evaluation, inputs,
-                          interrupts, models, report, results, rundir)
+                          interrupts, locks, models, report, results, rundir)
 from fedjax_drift import best_val, compile_cache, diagnostics, host_state, methods, preflight
 from fedjax_drift import splits
 from fedjax_drift.checkpoint import Checkpointer
@@ -87,7 +87,7 @@ def _run(config, log):
       run_dir, bool(results.checkpoint_rounds(run_dir)), signum))  # for a hard exit (the CLI)
   try:
     # One writer claims the outputs, from loading to the end.
-    with (rundir.claimed(run_dir, config.save_params) if distributed.is_writer()
+    with (locks.claimed(run_dir, config.save_params) if distributed.is_writer()
           else contextlib.nullcontext()):
       if distributed.is_writer():
         # Again, now that --save_params is ours: the run that held it may have written it.
@@ -253,7 +253,7 @@ def _open_run_dir(study, run_dir, log, fingerprint) -> Output:
   if writer:  # clears what --overwrite allows, or adopts a run from before records
     record = rundir.open_record(run_dir, cfg.resume, rundir.overwrite_mode(cfg.overwrite),
                                 _input_paths(cfg), log)
-    report.start_recording(run_dir, record)  # until rundir.claimed releases the directory
+    report.start_recording(run_dir, record)  # until locks.claimed releases the directory
   if record is not None:
     checkpointer.identity = {**identity, 'run_id': record.run_id}
   out = Output(run_dir, checkpointer, restored, record)

@@ -8,27 +8,27 @@ import time
 
 import pytest
 
-from fedjax_drift import rundir
+from fedjax_drift import locks
 from fedjax_drift.errors import UserError
 from test_cli import ROOT, RUN, cli
 
 
 def test_a_second_claim_on_the_same_output_is_refused(tmp_path):
   path = str(tmp_path / 'params.npz')
-  with rundir.output_claimed(path, f'--save_params={path}'):
-    assert os.path.exists(rundir.output_lock_path(path))
+  with locks.output_claimed(path, f'--save_params={path}'):
+    assert os.path.exists(locks.output_lock_path(path))
     with pytest.raises(UserError, match='--save_params=.*another fedjax-drift run'):
-      with rundir.output_claimed(path, f'--save_params={path}'):
+      with locks.output_claimed(path, f'--save_params={path}'):
         pass
-  assert not os.path.exists(rundir.output_lock_path(path))  # no trace after the run
-  with rundir.output_claimed(path, '--save_params'):  # free again
+  assert not os.path.exists(locks.output_lock_path(path))  # no trace after the run
+  with locks.output_claimed(path, '--save_params'):  # free again
     pass
 
 
 def test_a_lock_file_left_by_a_killed_run_holds_nothing(tmp_path):
   path = str(tmp_path / 'params.npz')
-  open(rundir.output_lock_path(path), 'w').close()  # its holder died: no flock on it
-  with rundir.output_claimed(path, '--save_params'):
+  open(locks.output_lock_path(path), 'w').close()  # its holder died: no flock on it
+  with locks.output_claimed(path, '--save_params'):
     pass
 
 
@@ -43,7 +43,7 @@ def test_two_runs_at_once_with_the_same_save_params(tmp_path, tiny_npz):
                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
   try:
     deadline = time.time() + 300
-    while not os.path.exists(rundir.output_lock_path(params)) and time.time() < deadline:
+    while not os.path.exists(locks.output_lock_path(params)) and time.time() < deadline:
       assert first.poll() is None, first.communicate()[1]
       time.sleep(0.05)
     second = cli(*common, '--rounds=2', f'--out={tmp_path / "b"}')

@@ -167,10 +167,10 @@ def test_overwrite_never_empties_the_working_directory(tiny_npz, tmp_path):
 
 
 def test_second_writer_is_refused(tiny_npz, unequal_partition, tmp_path):
-  from fedjax_drift import rundir
+  from fedjax_drift import locks
   out = tmp_path / 'run'
   out.mkdir()
-  with rundir.Lock(str(out)):
+  with locks.Lock(str(out)):
     with pytest.raises(fedjax_drift.UserError, match='in use by another'):
       _quiet(tiny_config(tiny_npz, unequal_partition, out=str(out)))
   assert os.listdir(out) == []

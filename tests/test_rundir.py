@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_drift import inputs, interrupts, report, rundir, study
+from fedjax_drift import inputs, interrupts, locks, report, rundir, study
 from fedjax_drift.checkpoint import Checkpointer
 from fedjax_drift.data import sources
 from fedjax_drift.errors import UserError
@@ -95,28 +95,28 @@ def test_save_params_inside_the_run_is_own_when_recorded(tmp_path):
 
 # 2. An exclusive lock for the whole run.
 def test_second_lock_is_refused_and_released(tmp_path):
-  with rundir.Lock(str(tmp_path)):
+  with locks.Lock(str(tmp_path)):
     with pytest.raises(UserError, match='in use by another'):
-      rundir.Lock(str(tmp_path))
-  rundir.Lock(str(tmp_path)).release()
+      locks.Lock(str(tmp_path))
+  locks.Lock(str(tmp_path)).release()
 
 
 def test_lock_of_a_killed_process_does_not_block(tmp_path):
-  code = ('import sys, time; from fedjax_drift import rundir; rundir.Lock(sys.argv[1]); '
+  code = ('import sys, time; from fedjax_drift import locks; locks.Lock(sys.argv[1]); '
           'print("locked", flush=True); time.sleep(60)')
   proc = subprocess.Popen([sys.executable, '-c', code, str(tmp_path)], stdout=subprocess.PIPE,
                           text=True)
   assert proc.stdout.readline().strip() == 'locked'
   with pytest.raises(UserError, match='in use'):
-    rundir.Lock(str(tmp_path))
+    locks.Lock(str(tmp_path))
   proc.send_signal(signal.SIGKILL)
   proc.wait()
-  rundir.Lock(str(tmp_path)).release()
+  locks.Lock(str(tmp_path)).release()
 
 
 def test_claimed_removes_a_directory_it_created_when_refused(tmp_path):
   with pytest.raises(UserError, match='late'):
-    with rundir.claimed(str(tmp_path / 'new')):
+    with locks.claimed(str(tmp_path / 'new')):
       raise UserError('late refusal')
   assert not (tmp_path / 'new').exists()
 
