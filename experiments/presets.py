@@ -43,7 +43,10 @@ command run again into the same --out (after Ctrl-C, a kill, a crash) keeps the 
 sweeps and resumes the others from their checkpoints, to the tables of an uninterrupted run.
 Sweeps with the same resolved settings and data (the cpu tier maps several datasets to one)
 run once per command: the others' run directories link to its (presetlib/sharing.py, the
-tables the same cell for cell; --no_share runs each on its own).
+tables the same cell for cell; --no_share runs each on its own). A method's scenarios that
+differ only in scenario axes (alpha, shards, clients per round, local epochs or steps) run as
+one sweep over those axes, OUT/runs/<method>-<scenario>+<scenario>...: one program where
+there were several, the same tables (presetlib/grouping.py; --no_group runs each apart).
 Any other --flag=value is a run flag (fedjax-drift --help) set over every run of the preset.
 --executor=slurm submits the sweeps as SLURM jobs through submitit (presetlib/cluster.py).
 """
@@ -156,6 +159,11 @@ def build_parser():
                       'settings and data another sweep of the command already has (by '
                       'default that one runs once and the others link to its runs: same '
                       'tables)')
+  parser.add_argument('--no_group', action='store_true',
+                      help="run each scenario's method sweep as its own program (by default a "
+                      "method's scenarios that differ only in scenario axes, alpha, shards, "
+                      "clients per round, local epochs or steps, run as one sweep over those "
+                      'axes: same tables, fewer programs)')
   parser.add_argument('--show', action='store_true', help='print the settings table only')
   parser.add_argument('--list', action='store_true',
                       help='list the experiments, their presets and the modes each runs in')
@@ -201,7 +209,7 @@ def _start(args, names, only, runner, flags):
     finishing.append((out, start_preset(
         name, args.mode, args.data_dir, args.dataset, args.rounds or None,
         args.seeds or None, out, only, args.overwrite, print, args.select_on,
-        args.val_fraction, runner, args.resume, flags, sharing)))
+        args.val_fraction, runner, args.resume, flags, sharing, not args.no_group)))
   if sharing.shared:
     print(f'{sharing.ran + sharing.shared} method sweep(s): {sharing.ran} run, '
           f'{sharing.shared} read the runs of a sweep with the same settings')

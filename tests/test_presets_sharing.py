@@ -41,7 +41,7 @@ def _command(root, runner, share):
     outs[name] = os.path.join(root, f'{name}-cpu')
     finishing.append(presets.start_preset(
         name, 'cpu', '', '', 2, 1, outs[name], ONLY, False, lambda *_: None, 'validation',
-        None, runner, False, None, shares))
+        None, runner, False, None, shares, group=False))  # sharing alone: grouping apart
   for finish in finishing:
     finish()
   return outs

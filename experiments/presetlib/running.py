@@ -11,6 +11,7 @@ import time
 
 import fedjax_drift
 from fedjax_drift import report, stats, tables
+from presetlib import grouping
 from presetlib.documents import cuts, results_table, settings_table
 from presetlib.jobs import Runner, accuracy_column, check_data, summarise
 from presetlib.loading import PRESETS, ROOT
@@ -80,12 +81,15 @@ def _split_values(preset, replace):
 
 def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out_root=None,
                only=None, overwrite=False, log=print, select_on='validation',
-               val_fraction=None, runner=None, resume=False, flags=None, share=True):
+               val_fraction=None, runner=None, resume=False, flags=None, share=True,
+               group=True):
   """Runs a preset's live runs; dataset/data_dir/rounds/seeds override it, `only` keeps some
   methods; select_on/val_fraction choose the selection protocol (selection_overrides);
   runner (a Runner, default one method at a time) runs the methods; flags: {Config field:
   value} set over every run (run_flags); share: sweeps with the same settings run once
-  (presetlib/sharing.py; False runs each on its own). Run directories already in out_root are kept
+  (presetlib/sharing.py; False runs each on its own); group: a method's scenarios that differ
+  only in scenario axes run as one sweep (presetlib/grouping.py; False: a sweep per scenario).
+  Run directories already in out_root are kept
   (finished) or resumed (interrupted) unless `overwrite`; `resume` allows an out_root that
   holds results. A preset with no live run is refused in one line naming what it needs.
   Returns the results (results.json)."""
@@ -94,16 +98,18 @@ def run_preset(name, mode, data_dir='', dataset='', rounds=None, seeds=None, out
   try:
     return start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only,
                         overwrite, log, select_on, val_fraction, runner, resume, flags,
-                        Sharing(runner, share))()
+                        Sharing(runner, share), group)()
   finally:
     if own:
       runner.close()
 
 def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, overwrite, log,
-                 select_on, val_fraction, runner, resume=False, flags=None, sharing=None):
+                 select_on, val_fraction, runner, resume=False, flags=None, sharing=None,
+                 group=True):
   """run_preset's checks, then its methods submitted to `runner` through `sharing` (a
   sharing.Sharing: one per command shares runs across its presets; default, one for this
-  preset); returns finish(), which waits for them and writes results.json, table.md and the
+  preset; `group`: its scenarios run as few sweeps as their axes allow, presetlib/grouping.py);
+  returns finish(), which waits for them and writes results.json, table.md and the
   curves (so `all` keeps every worker busy across presets)."""
   preset = PRESETS[name]
   out_dir = out_root or default_out(name, mode)
@@ -145,14 +151,25 @@ def start_preset(name, mode, data_dir, dataset, rounds, seeds, out_root, only, o
           out_dir, 'runs', f'{scenario}-{label}'.replace(' ', '_').replace('/', '_'))))
           for scenario, label, config in live]
   sharing = sharing or Sharing(runner)
-  submitted = [sharing.submit(c, preset['methods'][label]['sweep']) for _, label, c in live]
-  shared = {i: first for i, (_, first) in enumerate(submitted) if first}
+  sweeps = lambda label: preset['methods'][label]['sweep']
+  groups = grouping.group(live, sweeps, out_dir, group)
+  futures, shared = [None] * len(live), {}
+  for g in groups:
+    future, first = sharing.submit(g.config, sweeps(live[g.members[0]][1]))
+    for i in g.members:
+      futures[i] = (future, g)
+      shared.update({i: first} if first else {})
+      if g.axes:  # the scenario's runs are in the group's directory
+        live[i] = (live[i][0], live[i][1], dataclasses.replace(live[i][2], out=g.config.out))
   results['shared_sweeps'] = len(shared)
-  log(f'{name} ({mode}): {len(live)} method sweep(s) into {out_dir}' +
-      (f' ({len(shared)} read the runs of an earlier sweep with the same settings)'
-       if shared else '') + '; a rerun into it keeps the finished ones and resumes the others')
+  results['programs'] = len(groups)
+  log(f'{name} ({mode}): {len(live)} method sweep(s) as {len(groups)} program(s) into {out_dir}'
+      + (f' ({len(shared)} read the runs of an earlier sweep with the same settings)'
+         if shared else '') + '; a rerun into it keeps the finished ones and resumes the others')
   return lambda: _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir,
-                                results, live, [f.result() for f, _ in submitted], shared)
+                                results, live, [grouping.member(f.result(), c, g.axes, g.config.out)
+                                                for (f, g), (_, _, c) in zip(futures, live)],
+                                shared)
 
 
 def _finish_preset(name, mode, rounds, seeds, select_on, log, preset, out_dir, results, live,
