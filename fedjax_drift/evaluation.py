@@ -18,7 +18,7 @@ With domain ids in the test set, both protocols also give one accuracy per domai
 (metrics.csv's acc_domain_<name> columns).
 
 Validation (--val_fraction, or --val_source=dataset): every evaluation also scores the run's
-validation split (study.Validation: rows of the shared training array no client trains on;
+validation split (run_data.Validation: rows of the shared training array no client trains on;
 the dataset's own split is appended after the training examples) under the same protocol: the global
 model on all of them (loss and accuracy pooled), or with fedbn each client's own model on the
 examples carved from its data, accuracy the mean over domains. metrics.csv's val_accuracy and

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import engine, saved, simulation
+from fedjax_drift import engine, run_data, saved, simulation
 from fedjax_drift import study as study_lib
 from fedjax_drift.errors import UserError
 from helpers import run_rounds, tiny_config
@@ -117,10 +117,10 @@ def test_resume_continues_the_files_cohorts_exactly(tiny_npz, tmp_path):
 def test_bad_files_are_one_line_errors_naming_the_flag(tmp_path, content, match):
   (tmp_path / 'c.json').write_text(json.dumps(content))
   with pytest.raises(UserError, match=match) as e:
-    study_lib.read_cohorts(str(tmp_path / 'c.json'), 3, 3)
+    run_data.read_cohorts(str(tmp_path / 'c.json'), 3, 3)
   assert str(e.value).startswith('--cohorts=file:') and '\n' not in str(e.value)
   with pytest.raises(UserError, match='does not exist'):
-    study_lib.read_cohorts(str(tmp_path / 'none.json'), 3, 3)
+    run_data.read_cohorts(str(tmp_path / 'none.json'), 3, 3)
 
 
 def test_ids_outside_the_partition_and_conflicting_flags(tiny_npz, tmp_path):

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from fedjax_drift import models, study, tables
+from fedjax_drift import models, run_data, tables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'experiments'))
@@ -183,7 +183,7 @@ def test_fedgkd_vote_on_sst5_votes_on_a_training_carve():
   assert preset['methods']['fedgkd_vote']['algo'] == 'fedgkd_vote'
   n = TRAIN_SIZE['sst5']
   data = types.SimpleNamespace(x_train=np.arange(n)[:, None], y_train=np.arange(n) % 5)
-  keep, server = study._validation_split(to_config(values, grid, seeds), data)
+  keep, server = run_data.validation_split(to_config(values, grid, seeds), data)
   vote = np.asarray(server['x_val'])[:, 0]
   assert len(vote) == 854 and len(keep) == n - 854  # the clients hold 7,690
   assert not set(vote) & set(keep) and set(vote) | set(keep) == set(range(n))

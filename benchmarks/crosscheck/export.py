@@ -29,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)  # this clone's fedjax_drift, installed or not
 
 # pylint: disable=wrong-import-position
-from fedjax_drift import cli, models, study
+from fedjax_drift import cli, models, run_data, study
 from fedjax_drift.config import Config
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
@@ -55,8 +55,8 @@ def run_rounds(exp):
   round_fn = jax.jit(study.scheduled_round(
       exp.config, exp.model, exp.server_data, exp.schedule, exp.max_local_steps, exp.chunk,
       exp.scenario, exp.pipeline, client_probe=lambda params, concept: 0.0,
-      cohorts=study.read_cohorts(exp.config.cohorts[5:], exp.config.rounds,
-                                 exp.config.clients_per_round)
+      cohorts=run_data.read_cohorts(exp.config.cohorts[5:], exp.config.rounds,
+                                    exp.config.clients_per_round)
       if exp.config.cohorts else None))
   state, out = exp.state, []
   for _ in range(exp.config.rounds):
