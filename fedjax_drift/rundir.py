@@ -100,7 +100,7 @@ class Record:
   (the glob of this run's temporary file names), entries (base names the tool created in the
   directory, each recorded before it is created), outputs ([{path, sha256}] of --save_params
   files it wrote elsewhere), config / config_sha256 (the run-defining flags, see
-  `simulation.run_flags`), finished (true once summary, plots and parameters are all
+  `outputs.run_flags`), finished (true once summary, plots and parameters are all
   written), adopted (the directory predates the record). Every change is written at once,
   atomically.
   """
