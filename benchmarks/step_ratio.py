@@ -17,7 +17,7 @@ seed's cohorts shared by its E values, as the study draws them), and the rows ad
 chunk: every run vmapped together (each computes the largest E's steps), --run_chunk=<seeds>
 (one E per chunk: each chunk's loop stops at its own longest client) and --run_chunk=1. The same partition, cohorts drawn as the engine draws them
 (uniform without replacement), with the cohort in sampling order ('as drawn') and sorted by
-H, largest first ('largest first', engine.order_by_steps), which puts like with like in a
+H, largest first ('largest first', sampling.largest_first), which puts like with like in a
 chunk and across runs. Counts, not times: the figure holds on any machine. Writes
 benchmarks/results/step-ratio-<date>.json (or --out) and prints a table.
 """

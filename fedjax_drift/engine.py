@@ -2,8 +2,11 @@
 
 The engine knows nothing about any algorithm: it samples a cohort, gathers each client's
 state and data, maps `algo.client_update` over the cohort, hands the results to
-`algo.server_update`, and scatters the new per-client state back. One compiled program runs a
-whole segment of rounds; the host wakes only between segments.
+`algo.server_update`, and scatters the new per-client state back. `make_round` reads as those
+steps, each a function of its own: `sample` (who takes part: sampling.py), the broadcast,
+`assign` (each client's steps and weight), `local_work` (the sums over clients:
+client_sums.py), `aggregate`, the server update, `round_metrics` and `freeze_if_diverged`.
+One compiled program runs a whole segment of rounds; the host wakes only between segments.
 
 Client parallelism: the cohort is processed `cohort_chunk` clients at a time. Inside a chunk
 clients are vmapped; chunks run one after another in a `lax.scan` that adds each chunk's
@@ -24,14 +27,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
-from optax.tree_utils import tree_norm, tree_vdot
 
+from fedjax_drift import client_sums, sampling
+from fedjax_drift import unreliable as unreliable_clients
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.data import scenarios
 from fedjax_drift.data import shuffle
 from fedjax_drift.data.federated import FederatedData, to_float
 from fedjax_drift.state import Batch, Client, Cohort, FederatedAlgorithm, ServerState
-from fedjax_drift import unreliable as unreliable_clients
 
 
 class Schedule(NamedTuple):
@@ -123,54 +126,6 @@ def make_batch_fn(data: FederatedData, row, count, key, batch_size, spe, relabel
   return batch
 
 
-def sample_cohort(key, num_clients, cohort_size):
-  """Uniform without replacement, in-jit."""
-  return jax.random.choice(key, num_clients, (cohort_size,), replace=False).astype(jnp.int32)
-
-
-def covers_all_classes(ids, label_hist):
-  present = jnp.any(label_hist > 0, axis=0)  # classes that exist in the federation
-  return jnp.all(jnp.any(label_hist[ids] > 0, axis=0) | ~present)
-
-
-def sample_covering_cohort(key, label_hist, cohort_size, max_tries=64):
-  """A uniform cohort conditioned on its labels covering every class (FedADC §IV-E).
-
-  Rejection sampling: up to `max_tries` uniform draws, keeping the first that covers all
-  classes (exactly uniform over covering cohorts). If none does, a randomised greedy cover:
-  each pick takes, at random among the clients adding the most uncovered classes, one client.
-  """
-  num_clients = label_hist.shape[0]
-
-  def draw(i):
-    return sample_cohort(jax.random.fold_in(key, i), num_clients, cohort_size)
-
-  def cond(carry):
-    i, ids = carry
-    return (i < max_tries) & ~covers_all_classes(ids, label_hist)
-
-  tries, ids = jax.lax.while_loop(cond, lambda c: (c[0] + 1, draw(c[0] + 1)), (0, draw(0)))
-
-  def greedy(_):
-    has = label_hist > 0
-
-    def pick(j, carry):
-      chosen, covered = carry
-      gain = jnp.sum(has & ~covered[None, :], axis=1).astype(jnp.float32)
-      noise = jax.random.uniform(jax.random.fold_in(key, 1000 + j), (num_clients,))
-      taken = jnp.zeros(num_clients, bool).at[chosen].set(jnp.arange(cohort_size) < j)
-      score = jnp.where(taken, -1.0, gain + noise)  # noise < 1 breaks ties only
-      c = jnp.argmax(score).astype(jnp.int32)
-      return chosen.at[j].set(c), covered | has[c]
-
-    chosen, _ = jax.lax.fori_loop(0, cohort_size, pick,
-                                  (jnp.zeros(cohort_size, jnp.int32),
-                                   jnp.zeros(label_hist.shape[1], bool)))
-    return chosen
-
-  return jax.lax.cond(covers_all_classes(ids, label_hist), lambda _: ids, greedy, None)
-
-
 def _gather(tree, ids):
   return jax.tree.map(lambda a: a[ids], tree)
 
@@ -179,132 +134,70 @@ def _scatter(tree, ids, values):
   return jax.tree.map(lambda a, v: a.at[ids].set(v), tree, values)
 
 
-def tree_all_finite(tree):
-  """True when every value of every leaf is finite (checked on the values, so a finite update
-  can never count as diverged because a norm of it overflows)."""
-  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(tree)]))
-
-
-def safe_norm(tree):
-  """The global L2 norm, scaled by the largest magnitude before squaring so that it cannot
-  overflow for any finite tree (a plain sum of squares overflows float32 above ~1.8e19)."""
-  scale = jnp.max(jnp.stack([jnp.max(jnp.abs(a)) for a in jax.tree.leaves(tree)]))
-  safe = jnp.where(scale > 0, scale, 1.0)
-  return safe * tree_norm(jax.tree.map(lambda a: a / safe, tree))
-
-
-def client_summands(delta, weight, reported=None):
-  """What the round sums over clients: the weighted delta (the aggregate), the plain delta
-  and the unit-norm delta (for the drift diagnostics). Returns (summands, |delta|).
-  reported (--dropout_prob; None: every client reports): False leaves this client out of the
-  diagnostics' sums (a dropped client's delta is zero, or its compressor's residual)."""
-  norm = safe_norm(delta)
-  inv_norm = 1.0 / jnp.maximum(norm, 1e-30)
-  plain = delta if reported is None else jax.tree.map(
-      lambda d: jnp.where(reported, d, 0.0), delta)
-  summands = {'weighted': jax.tree.map(lambda d: weight * d, delta), 'plain': plain,
-              'unit': jax.tree.map(lambda d: inv_norm * d, plain)}
-  return summands, norm
-
-
-def drift_diagnostics(sums, norms, losses, weights, reports=None):
-  """Per-round measures of client drift, from sums over the cohort (one pass, no [K, P]).
-
-  client_update_norm_mean = mean_i |d_i|; mean_update_norm = |m|, with m the plain mean of
-  the deltas; update_cosine = mean_i <d_i, m> / (|d_i| |m|) = <sum_i d_i / |d_i|, m> / (K |m|).
-  reports [K] bool (--dropout_prob): the means and the loss std over the clients that
-  reported only (sums from client_summands with their `reported`); NaN when none did.
-  """
-  if reports is not None:
-    return _reported_diagnostics(sums, norms, losses, weights, reports)
-  k = norms.shape[0]
-  mean = jax.tree.map(lambda s: s / k, sums['plain'])
-  mean_norm = safe_norm(mean)
-  return {
-      'client_update_norm_mean': jnp.mean(norms),
-      'mean_update_norm': mean_norm,
-      'update_cosine': tree_vdot(sums['unit'], mean) / jnp.maximum(k * mean_norm, 1e-30),
-      'client_loss_std': jnp.std(losses),
-      'train_loss': jnp.sum(weights * losses),
-  }
-
-
-def _reported_diagnostics(sums, norms, losses, weights, reports):
-  """drift_diagnostics over the m clients that reported (the rest masked out)."""
-  m = jnp.sum(reports.astype(jnp.float32))
-  safe_m = jnp.maximum(m, 1.0)
-  mean = jax.tree.map(lambda s: s / safe_m, sums['plain'])
-  mean_norm = safe_norm(mean)
-  loss_mean = jnp.sum(jnp.where(reports, losses, 0.0)) / safe_m
-  loss_var = jnp.sum(jnp.where(reports, (losses - loss_mean) ** 2, 0.0)) / safe_m
-  nan_if_none = lambda v: jnp.where(m > 0, v, jnp.nan)
-  return {
-      'client_update_norm_mean': nan_if_none(jnp.sum(jnp.where(reports, norms, 0.0)) / safe_m),
-      'mean_update_norm': nan_if_none(mean_norm),
-      'update_cosine': nan_if_none(tree_vdot(sums['unit'], mean)
-                                   / jnp.maximum(m * mean_norm, 1e-30)),
-      'client_loss_std': nan_if_none(jnp.sqrt(loss_var)),
-      'train_loss': jnp.sum(jnp.where(reports, weights * losses, 0.0)),
-  }
-
-
-def map_reduce_clients(fn, args, chunk):
-  """fn(args_i) -> (summand_i, output_i) over the leading (cohort) axis of args.
-
-  Returns (sum_i summand_i, outputs stacked on [K]). Chunks of `chunk` clients are vmapped
-  and run one after another; each chunk's summands are added to a running total as it ends,
-  so K model-sized summands never exist at once (memory is bounded by the chunk, not K).
-  """
-  size = jax.tree.leaves(args)[0].shape[0]
-  if chunk >= size:
-    return _sum_leading(jax.vmap(fn)(args))
-  fn = jax.jit(fn)  # traced once, for the total's shapes here and for the loop's body below
-  # chunk 1 is plain sequential: no vmap of width 1, so convs stay unbatched.
-  run = fn if chunk == 1 else lambda a: _sum_leading(jax.vmap(fn)(a))
-  first = jax.tree.map(lambda a: a[0], args)
-  zero = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(fn, first)[0])
-  full = size // chunk * chunk
-
-  def body(total, chunk_args):
-    summand, outputs = run(chunk_args)
-    return jax.tree.map(jnp.add, total, summand), outputs
-
-  if chunk == 1:
-    total, outputs = jax.lax.scan(body, zero, args)
-  else:
-    chunks = jax.tree.map(lambda a: a[:full].reshape((size // chunk, chunk) + a.shape[1:]),
-                          args)
-    total, outputs = jax.lax.scan(body, zero, chunks)
-    outputs = jax.tree.map(lambda o: o.reshape((full,) + o.shape[2:]), outputs)
-  if full < size:  # the last, narrower chunk
-    rest_sum, rest_out = _sum_leading(jax.vmap(fn)(jax.tree.map(lambda a: a[full:], args)))
-    total = jax.tree.map(jnp.add, total, rest_sum)
-    outputs = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), outputs, rest_out)
-  return total, outputs
-
-
-def _sum_leading(result):
-  summands, outputs = result
-  return jax.tree.map(lambda s: jnp.sum(s, axis=0), summands), outputs
-
-
 def client_mesh(devices: int):
   """A 1-D mesh over the first `devices` devices; the cohort axis is split along it."""
   return Mesh(np.array(jax.devices()[:devices]), ('clients',))
 
 
-def cohort_ids(state: ServerState, data: FederatedData, cohort_size: int,
-               sampler: str = 'uniform', cohorts=None):
-  """Round state.round's cohort [K] (int32 client ids), as make_round draws it: row
-  state.round of `cohorts` if given, else sampled from fold_in(fold_in(key, round), 0).
-  Reads only the state's key and round, so the host can ask for it before the round
-  (--client_state=host gathers those clients' rows)."""
-  if cohorts is not None:
-    return jnp.asarray(cohorts, jnp.int32)[state.round]
-  key = jax.random.fold_in(jax.random.fold_in(state.key, state.round), 0)
-  if sampler == 'cover_classes':
-    return sample_covering_cohort(key, data.label_hist, cohort_size)
-  return sample_cohort(key, data.client_count.shape[0], cohort_size)
+class RoundSpec(NamedTuple):
+  """make_round's settings, fixed when the round is traced (make_round says what each is)."""
+  algo: FederatedAlgorithm
+  schedule: Schedule
+  max_local_steps: int
+  cohort_size: int
+  weighting: str
+  chunk: int
+  sampler: str
+  devices: int
+  scenario: Any
+  pipeline: Any
+  client_probe: Any
+  keep_aux: bool
+  cohorts: Any
+  unreliable: Any
+  cohort_rows: bool
+  cohort_k: Any
+
+  @property
+  def steps_differ(self) -> bool:
+    """Whether the cohort's clients may own different step counts (static): epochs of unequal
+    data, stragglers or masked clients; with equal steps the clients run in the order sampled
+    and the program is as without the reordering."""
+    return (not is_static(self.schedule.local_steps) or not self.schedule.local_steps
+            or self.unreliable is not None or self.cohort_k is not None)
+
+
+class Drawn(NamedTuple):
+  """The round's draw (`sample`)."""
+  rkey: Any     # fold_in(run key, round): every key of the round derives from it
+  concept: Any  # the scenario's concept for this round
+  ids: Any      # int32 [K] client ids
+  rows: Any     # [K, max n] the clients' example rows into data
+  counts: Any   # [K] their example counts
+  hists: Any    # [K, C] their label histograms (of the round's concept)
+
+
+class Work(NamedTuple):
+  """What each cohort client is to do and weighs (`assign`), in sampling order."""
+  slots: Any       # the rows of state.clients the cohort reads and writes
+  old_states: Any  # those rows before the round
+  num_steps: Any   # int32 [K] local steps H_i (0: a masked client)
+  spe: Any         # [K] steps per epoch
+  weights: Any     # float32 [K] aggregation weights p_i
+  factors: Any     # the factors of the aggregated sum: the weights, or the algorithm's own
+  reports: Any     # bool [K]: the clients that report (None: all)
+
+
+class Done(NamedTuple):
+  """The clients' results (`local_work`), in sampling order."""
+  sums: dict       # client_sums.client_summands summed over the cohort
+  new_states: Any  # [K, ...] client states after the round (an unreported client's kept)
+  losses: Any      # [K]
+  norms: Any       # [K] |delta_i|
+  finite: Any      # bool [K]: whether each client's delta is finite
+  deltas: Any      # [K, ...] the deltas (algo.needs_client_deltas), or None
+  uploads: Any     # [K, ...] what each client uploads besides its delta
+  probes: Any      # [K, ...] client_probe's outputs, or None
 
 
 def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: int,
@@ -312,12 +205,13 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
                sampler: str = 'uniform', devices: int = 1, scenario=None, pipeline=None,
                client_probe=None, keep_aux=False, cohorts=None, unreliable=None,
                cohort_rows=False, cohort_k=None):
-  """Returns round_fn(state, data) -> (state, metrics), pure and jittable. (Its code runs
-  past 80 lines on purpose: one traced round, its steps in the order the round takes them.)
+  """Returns round_fn(state, data) -> (state, metrics), pure and jittable: the round's steps,
+  in order (sample, broadcast, assign, local work, aggregate, server update, diagnostics,
+  freeze), each a function below taking the settings as one RoundSpec.
 
   cohort_rows (--client_state=host): state.clients holds only this round's cohort's rows,
-  [K, ...] in cohort order (the host gathered them at `cohort_ids`), so they are read and
-  written by position; the full [N, ...] table stays outside the program (host_state.py).
+  [K, ...] in cohort order (the host gathered them at `sampling.cohort_ids`), so they are read
+  and written by position; the full [N, ...] table stays outside the program (host_state.py).
 
   unreliable (fedjax_drift/unreliable.py; None = every client reports and runs its H_i):
   dropped clients and stragglers, drawn from fold_in(round key, 5) and each client's id.
@@ -348,142 +242,148 @@ def make_round(algo: FederatedAlgorithm, schedule: Schedule, max_local_steps: in
   --clients_per_round). The cohort is drawn at cohort_size, whose first k are the k a lone
   run draws; the rest are masked: no step, weight 0, state kept, out of the diagnostics.
   """
-  scenario = scenario or scenarios.static()
-  # Whether the cohort's clients may own different step counts (static): epochs of unequal
-  # data, or stragglers; with equal steps the order stays as sampled and the program as is.
-  steps_differ = (not is_static(schedule.local_steps) or not schedule.local_steps
-                  or unreliable is not None or cohort_k is not None)
+  spec = RoundSpec(algo, schedule, max_local_steps, cohort_size, weighting, chunk, sampler,
+                   devices, scenario or scenarios.static(), pipeline, client_probe, keep_aux,
+                   cohorts, unreliable, cohort_rows, cohort_k)
 
   def round_fn(state: ServerState, data: FederatedData):
-    num_clients = data.client_count.shape[0]
-    rkey = jax.random.fold_in(state.key, state.round)
-    concept = scenario.before_round(state.scenario, jax.random.fold_in(rkey, 2), state.round)
-    ids, rows, counts, hists = draw_cohort(state, data, rkey, concept, scenario, cohort_size,
-                                           sampler, cohorts)
-    client_key = jax.random.fold_in(rkey, 1)
+    drawn = sample(spec, state, data)
     payload = algo.broadcast(state.params, state.server)
-    slots = jnp.arange(cohort_size, dtype=jnp.int32) if cohort_rows else ids
-    old_states = _gather(state.clients, slots)
-    members = None if cohort_k is None else jnp.arange(cohort_size) < cohort_k
-    num_steps = client_steps(counts, schedule).astype(jnp.int32)
-    if members is not None:
-      num_steps = jnp.where(members, num_steps, 0)
-    spe = steps_per_epoch(counts, schedule.batch_size)
-
-    weights = cohort_weights(counts, weighting, cohort_size, members)
-    reports = members
-    if unreliable is not None:
-      drawn, num_steps = unreliable_clients.draw(unreliable, jax.random.fold_in(rkey, 5),
-                                                 ids, num_steps)
-      # A masked client counts as reporting here: its weight is 0 and the members' weights
-      # are renormalised exactly as a lone run's.
-      weights = unreliable_clients.renormalize(
-          weights, drawn if members is None else drawn | ~members)
-      reports = drawn if members is None else drawn & members
-    # The factors of the aggregated sum: the weights, or the algorithm's own (FedNova's).
-    factors = (weights if algo.aggregation_weights is None
-               else algo.aggregation_weights(weights, num_steps))
-
-    def one_client(params, payload, data, client_key, concept, args):
-      cid, row, count, hist, steps, spe_i, weight, cstate, reported = args
-      key = jax.random.fold_in(client_key, cid)
-      client = Client(cid, count, steps, max_local_steps, hist,
-                      make_batch_fn(data, row, count, key, schedule.batch_size, spe_i,
-                                    lambda y: scenario.relabel(concept, y), pipeline))
-      result = algo.client_update(params, payload, cstate, client, key)
-      summands, norm = client_summands(result.delta, weight, reported)
-      outputs = (result.client_state, result.loss, norm, tree_all_finite(result.delta),
-                 result.delta if algo.needs_client_deltas else None, result.upload,
-                 None if client_probe is None else client_probe(
-                     jax.tree.map(jnp.subtract, params, result.delta), concept))
-      return summands, outputs
-
-    def run_clients(params, payload, data, client_key, concept, args):
-      sums, outputs = map_reduce_clients(
-          lambda a: one_client(params, payload, data, client_key, concept, a), args, chunk)
-      if devices > 1:  # each device summed its share of the cohort
-        sums = jax.lax.psum(sums, 'clients')
-      return sums, outputs
-
-    if devices > 1:
-      run_clients = jax.shard_map(run_clients, mesh=client_mesh(devices),
-                                  in_specs=(P(), P(), P(), P(), P(), P('clients')),
-                                  out_specs=(P(), P('clients')), check_vma=False)
-    # Largest H_i first (a stable order: equal steps keep the sampling order), so that a
-    # vmapped chunk, or one position across vmapped runs, holds clients of like work
-    # (benchmarks/step_ratio.py); outputs come back in sampling order.
-    order = largest_first(num_steps) if steps_differ else None
-    args = _permuted((ids, rows, counts, hists, num_steps, spe, factors, old_states, reports),
-                     order)
-    sums, outputs = run_clients(state.params, payload, data, client_key, concept, args)
-    new_states, losses, norms, client_finite, deltas, uploads, probes = _permuted(
-        outputs, None if order is None else jnp.argsort(order))
-    if reports is not None:  # a client that never reported keeps its state
-      new_states = unreliable_clients.keep_unreported(reports, new_states, old_states)
-
-    cohort = Cohort(ids, weights, counts, num_steps, sums['weighted'], deltas, old_states,
-                    new_states, num_clients, uploads, key=jax.random.fold_in(rkey, 4))
+    work = assign(spec, state, drawn)
+    done = local_work(spec, state.params, payload, data, drawn, work)
     # server_update returns (params, server) or (params, server, aux) (state.py).
-    params, server, *aux = algo.server_update(state.params, state.server, cohort)
-    metrics = drift_diagnostics(sums, norms, losses, weights, reports)
-    if unreliable is not None:
-      metrics.update(unreliable_clients.diagnostics(reports, num_steps))
-    metrics.update(_diagnostics(algo, server))
-    metrics.update(_diagnostics(scenario, state.scenario, concept))
-    if client_probe is not None or keep_aux:
-      metrics['diag'] = {'ids': ids, 'client': probes,
-                         'server': (aux[0] if aux else {}) if keep_aux else {}}
-    finite = tree_all_finite(params) & jnp.all(client_finite)
-    # The first cohort member whose update is non-finite (-1 if none), for the error message.
-    metrics['bad_client'] = jnp.where(jnp.all(client_finite), -1,
-                                      ids[jnp.argmin(client_finite)])
-    return freeze_if_diverged(state, finite, params, server, slots, new_states, old_states,
-                              concept), metrics
+    params, server, *aux = algo.server_update(state.params, state.server,
+                                              aggregate(data, drawn, work, done))
+    metrics = round_metrics(spec, state, drawn, work, done, server, aux)
+    finite = client_sums.tree_all_finite(params) & jnp.all(done.finite)
+    return freeze_if_diverged(state, finite, params, server, work.slots, done.new_states,
+                              work.old_states, drawn.concept), metrics
 
   return round_fn
 
 
-def cohort_weights(counts, weighting, cohort_size, members=None):
-  """The aggregation weights p_i [K] of a cohort: n_i / sum_j n_j ('examples') or 1/K
-  (otherwise). members (None: all K take part): bool [K], the first k of a cohort masked up
-  to K (make_round's cohort_k); the others weigh 0 and the members' weights are, bit for bit,
-  those of the lone cohort of k."""
-  if members is None:
-    if weighting == 'examples':
-      return counts.astype(jnp.float32) / jnp.sum(counts)
-    return jnp.full((cohort_size,), 1.0 / cohort_size, jnp.float32)
-  if weighting == 'examples':
-    kept = jnp.where(members, counts, 0)
-    return kept.astype(jnp.float32) / jnp.sum(kept)
-  k = jnp.sum(members.astype(jnp.int32)).astype(jnp.float32)
-  return jnp.where(members, 1.0 / k, 0.0).astype(jnp.float32)
+def sample(spec: RoundSpec, state: ServerState, data: FederatedData) -> Drawn:
+  """Who takes part: the round's key, the scenario's concept for the round (drawn from
+  fold_in(key, 2) before anything else), and the cohort (sampling.draw_cohort)."""
+  rkey = jax.random.fold_in(state.key, state.round)
+  concept = spec.scenario.before_round(state.scenario, jax.random.fold_in(rkey, 2),
+                                       state.round)
+  return Drawn(rkey, concept, *sampling.draw_cohort(state, data, rkey, concept, spec.scenario,
+                                                   spec.cohort_size, spec.sampler,
+                                                   spec.cohorts))
 
 
-def draw_cohort(state, data, rkey, concept, scenario, cohort_size, sampler, cohorts):
-  """This round's cohort: (ids [K], rows [K, max n] into data, counts [K], label
-  histograms [K, C]). A stateless scenario draws fresh clients (ids 0..K-1); else the clients
-  are sampled (or read from `cohorts`) as cohort_ids says. Under concept shift the
-  histograms count the relabelled classes."""
-  if scenario.fresh_cohort is not None:  # stateless: new clients every round
-    rows, counts = scenario.fresh_cohort(data, jax.random.fold_in(rkey, 3), cohort_size)
-    ids = jnp.arange(cohort_size, dtype=jnp.int32)
-    valid = jnp.arange(rows.shape[1])[None, :] < counts[:, None]
-    num_classes = data.label_hist.shape[1]
-    hists = jax.vmap(lambda r, v: jnp.zeros(num_classes).at[data.y[r]].add(v))(
-        rows, valid.astype(jnp.float32))
-  else:
-    ids = cohort_ids(state, data, cohort_size, sampler, cohorts)
-    rows, counts, hists = data.client_index[ids], data.client_count[ids], data.label_hist[ids]
-  if scenario.name == 'concept_shift':  # histograms of the relabelled classes
-    classes = jnp.arange(hists.shape[1], dtype=jnp.int32)
-    hists = hists @ jax.nn.one_hot(scenario.relabel(concept, classes), hists.shape[1])
-  return ids, rows, counts, hists
+def assign(spec: RoundSpec, state: ServerState, drawn: Drawn) -> Work:
+  """Each cohort client's state, local steps and weight: H_i from the schedule (0 past the
+  run's own cohort_k), the aggregation weights (sampling.cohort_weights), then the
+  unreliable clients' draw (fold_in(key, 5)), which drops or shortens some and renormalises
+  the weights over those that report."""
+  slots = jnp.arange(spec.cohort_size, dtype=jnp.int32) if spec.cohort_rows else drawn.ids
+  old_states = _gather(state.clients, slots)
+  members = None if spec.cohort_k is None else jnp.arange(spec.cohort_size) < spec.cohort_k
+  num_steps = client_steps(drawn.counts, spec.schedule).astype(jnp.int32)
+  if members is not None:
+    num_steps = jnp.where(members, num_steps, 0)
+  spe = steps_per_epoch(drawn.counts, spec.schedule.batch_size)
+  weights = sampling.cohort_weights(drawn.counts, spec.weighting, spec.cohort_size, members)
+  reports = members
+  if spec.unreliable is not None:
+    reporting, num_steps = unreliable_clients.draw(
+        spec.unreliable, jax.random.fold_in(drawn.rkey, 5), drawn.ids, num_steps)
+    # A masked client counts as reporting here: its weight is 0 and the members' weights
+    # are renormalised exactly as a lone run's.
+    weights = unreliable_clients.renormalize(
+        weights, reporting if members is None else reporting | ~members)
+    reports = reporting if members is None else reporting & members
+  # The factors of the aggregated sum: the weights, or the algorithm's own (FedNova's).
+  factors = (weights if spec.algo.aggregation_weights is None
+             else spec.algo.aggregation_weights(weights, num_steps))
+  return Work(slots, old_states, num_steps, spe, weights, factors, reports)
 
 
-def largest_first(num_steps):
-  """The permutation that orders a cohort by local steps, largest first; clients with equal
-  steps keep their order (stable), so equal steps give the identity."""
-  return jnp.argsort(-num_steps, stable=True)
+def local_work(spec: RoundSpec, params, payload, data: FederatedData, drawn: Drawn,
+               work: Work) -> Done:
+  """The cohort's local training, every client from `params` with the broadcast `payload`
+  (`_one_client`), `spec.chunk` at a time and over the device mesh (`_run_clients`). The
+  clients run largest H_i first (a stable order: equal steps keep the sampling order), so
+  that a vmapped chunk, or one position across vmapped runs, holds clients of like work
+  (benchmarks/step_ratio.py); their outputs come back in sampling order."""
+  client_key = jax.random.fold_in(drawn.rkey, 1)
+  order = sampling.largest_first(work.num_steps) if spec.steps_differ else None
+  args = _permuted((drawn.ids, drawn.rows, drawn.counts, drawn.hists, work.num_steps, work.spe,
+                    work.factors, work.old_states, work.reports), order)
+  sums, outputs = _run_clients(spec)(params, payload, data, client_key, drawn.concept, args)
+  new_states, losses, norms, finite, deltas, uploads, probes = _permuted(
+      outputs, None if order is None else jnp.argsort(order))
+  if work.reports is not None:  # a client that never reported keeps its state
+    new_states = unreliable_clients.keep_unreported(work.reports, new_states, work.old_states)
+  return Done(sums, new_states, losses, norms, finite, deltas, uploads, probes)
+
+
+def _run_clients(spec: RoundSpec):
+  """(params, payload, data, client_key, concept, args [K, ...]) -> (sums, outputs [K, ...]):
+  client_sums.map_reduce_clients over the cohort; with devices > 1 each device runs its share
+  of it (jax.shard_map) and the sums are all-reduced."""
+
+  def run_clients(params, payload, data, client_key, concept, args):
+    sums, outputs = client_sums.map_reduce_clients(
+        lambda a: _one_client(spec, params, payload, data, client_key, concept, a), args,
+        spec.chunk)
+    if spec.devices > 1:  # each device summed its share of the cohort
+      sums = jax.lax.psum(sums, 'clients')
+    return sums, outputs
+
+  if spec.devices == 1:
+    return run_clients
+  return jax.shard_map(run_clients, mesh=client_mesh(spec.devices),
+                       in_specs=(P(), P(), P(), P(), P(), P('clients')),
+                       out_specs=(P(), P('clients')), check_vma=False)
+
+
+def _one_client(spec: RoundSpec, params, payload, data, client_key, concept, args):
+  """One client's round: its batches (make_batch_fn, keyed by fold_in(client_key, id)), its
+  update (algo.client_update), and (summands, outputs) for map_reduce_clients."""
+  cid, row, count, hist, steps, spe_i, weight, cstate, reported = args
+  key = jax.random.fold_in(client_key, cid)
+  client = Client(cid, count, steps, spec.max_local_steps, hist,
+                  make_batch_fn(data, row, count, key, spec.schedule.batch_size, spe_i,
+                                lambda y: spec.scenario.relabel(concept, y), spec.pipeline))
+  result = spec.algo.client_update(params, payload, cstate, client, key)
+  summands, norm = client_sums.client_summands(result.delta, weight, reported)
+  outputs = (result.client_state, result.loss, norm, client_sums.tree_all_finite(result.delta),
+             result.delta if spec.algo.needs_client_deltas else None, result.upload,
+             None if spec.client_probe is None else spec.client_probe(
+                 jax.tree.map(jnp.subtract, params, result.delta), concept))
+  return summands, outputs
+
+
+def aggregate(data: FederatedData, drawn: Drawn, work: Work, done: Done) -> Cohort:
+  """What the server update reads (state.Cohort): the cohort, its weights and steps, the
+  weighted sum of the deltas (summed during local work), the deltas when the algorithm asks
+  for them, the clients' states before and after, their uploads, and the key fold_in(key, 4)."""
+  return Cohort(drawn.ids, work.weights, drawn.counts, work.num_steps, done.sums['weighted'],
+                done.deltas, work.old_states, done.new_states, data.client_count.shape[0],
+                done.uploads, key=jax.random.fold_in(drawn.rkey, 4))
+
+
+def round_metrics(spec: RoundSpec, state: ServerState, drawn: Drawn, work: Work, done: Done,
+                  server, aux) -> dict:
+  """The round's metrics: the drift measures (client_sums.drift_diagnostics), the unreliable
+  clients' counts, the algorithm's and the scenario's own scalars, metrics['diag'] (the
+  probes and the server's aux, when asked for), and bad_client, the first cohort member whose
+  update is non-finite (-1 if none), for the error message."""
+  metrics = client_sums.drift_diagnostics(done.sums, done.norms, done.losses, work.weights,
+                                          work.reports)
+  if spec.unreliable is not None:
+    metrics.update(unreliable_clients.diagnostics(work.reports, work.num_steps))
+  metrics.update(_diagnostics(spec.algo, server))
+  metrics.update(_diagnostics(spec.scenario, state.scenario, drawn.concept))
+  if spec.client_probe is not None or spec.keep_aux:
+    metrics['diag'] = {'ids': drawn.ids, 'client': done.probes,
+                       'server': (aux[0] if aux else {}) if spec.keep_aux else {}}
+  metrics['bad_client'] = jnp.where(jnp.all(done.finite), -1,
+                                    drawn.ids[jnp.argmin(done.finite)])
+  return metrics
 
 
 def _permuted(tree, order):

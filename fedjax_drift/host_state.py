@@ -5,7 +5,7 @@ At paper scale the per-client table is what cannot fit on a device: SCAFFOLD's c
 FedDyn's gradients are one model per client (FedDyn on ResNet-18 with 1,000 clients: 44.7
 GB). With --client_state=host the study keeps the table as numpy arrays [R, N, ...]
 (ServerState.clients, R runs). Before each round the host asks a small compiled program for
-every run's cohort (engine.cohort_ids: the very draw the round makes), gathers those K rows,
+every run's cohort (sampling.cohort_ids: the very draw the round makes), gathers those K rows,
 and the round program (engine.make_round with cohort_rows) reads and writes them by
 position; after the round the host scatters them back. The device holds K rows per run, not
 N, and a round moves 2 x K rows per run (in and out): `bytes_per_round`. Everything else is
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_drift import engine
+from fedjax_drift import sampling
 from fedjax_drift.data.federated import nbytes as federated_nbytes
 from fedjax_drift.state import ServerState
 
@@ -61,7 +61,7 @@ def cohort_program(clients_per_round, cohort_sampler):
     cohorts = inputs.get('cohorts')  # --cohorts=file:, shared by every run
 
     def one(key, rnd, count, hist):
-      return engine.cohort_ids(ServerState((), (), (), rnd, key), data._replace(
+      return sampling.cohort_ids(ServerState((), (), (), rnd, key), data._replace(
           client_count=count, label_hist=hist), clients_per_round, cohort_sampler, cohorts)
 
     return jax.vmap(one)(state.key, state.round, data.client_count, data.label_hist)

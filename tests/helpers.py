@@ -7,7 +7,7 @@ import jax
 import numpy as np
 
 import fedjax_drift
-from fedjax_drift import engine
+from fedjax_drift import engine, sampling
 
 
 # Keyword arguments that silence fedjax_drift.run's console lines.
@@ -53,7 +53,7 @@ def cohort_and_batches(exp, state=None, extra_steps=0):
   state = exp.state if state is None else state
   rkey = jax.random.fold_in(state.key, state.round)
   n_clients = len(exp.train_parts)
-  ids = np.asarray(engine.sample_cohort(jax.random.fold_in(rkey, 0), n_clients,
+  ids = np.asarray(sampling.sample_cohort(jax.random.fold_in(rkey, 0), n_clients,
                                         exp.config.clients_per_round))
   counts = np.asarray(exp.data.client_count)
   steps = engine.client_steps(counts, exp.schedule)

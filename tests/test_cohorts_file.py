@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import engine, run_data, saved, simulation
+from fedjax_drift import run_data, sampling, saved, simulation
 from fedjax_drift import study as study_lib
 from fedjax_drift.errors import UserError
 from helpers import run_rounds, tiny_config
@@ -35,7 +35,7 @@ def _write(path, cohorts):
 
 def _sampled(exp, rounds):
   """The cohorts the uniform sampler draws in rounds 0..rounds-1 (engine's key derivation)."""
-  return [np.asarray(engine.sample_cohort(
+  return [np.asarray(sampling.sample_cohort(
       jax.random.fold_in(jax.random.fold_in(exp.state.key, t), 0), len(exp.train_parts),
       exp.config.clients_per_round)) for t in range(rounds)]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import engine
+from fedjax_drift import client_sums, engine, sampling
 from helpers import one_round, tiny_config
 
 
@@ -94,7 +94,7 @@ def test_auto_parallelism_choice():
 
 def test_cohort_sampling_without_replacement():
   for seed in range(20):
-    ids = np.asarray(engine.sample_cohort(jax.random.key(seed), 30, 12))
+    ids = np.asarray(sampling.sample_cohort(jax.random.key(seed), 30, 12))
     assert len(set(ids.tolist())) == 12 and ids.min() >= 0 and ids.max() < 30
 
 
@@ -105,7 +105,7 @@ def test_cover_classes_sampler_covers_and_varies():
   for i in range(20):
     hist[i, [(2 * i) % 10, (2 * i + 1) % 10]] = rng.integers(1, 9, 2)
   hist = jax.numpy.asarray(hist)
-  sample = jax.jit(engine.sample_covering_cohort, static_argnums=2)  # eager loops are slow
+  sample = jax.jit(sampling.sample_covering_cohort, static_argnums=2)  # eager loops are slow
   cohorts = set()
   for seed in range(30):
     ids = np.asarray(sample(jax.random.key(seed), hist, 5))
@@ -137,7 +137,7 @@ def test_map_reduce_clients_sums_and_stacks_like_a_plain_loop(chunk):
   """Chunks of 3 over 7 clients leave a narrower last chunk; every width gives the same."""
   xs = {'a': jnp.arange(7.0), 'b': jnp.arange(14.0).reshape(7, 2)}
   fn = lambda x: ({'s': x['b'] * x['a']}, (x['a'] + 1, None))
-  total, (outputs, nothing) = engine.map_reduce_clients(fn, xs, chunk)
+  total, (outputs, nothing) = client_sums.map_reduce_clients(fn, xs, chunk)
   np.testing.assert_allclose(total['s'], np.sum(np.arange(14.0).reshape(7, 2)
                                                 * np.arange(7.0)[:, None], axis=0))
   np.testing.assert_allclose(outputs, np.arange(7.0) + 1)
@@ -156,7 +156,7 @@ def test_a_round_and_a_client_are_traced_once(chunk):
 
   def step(state, data, inputs):
     traces['round'] += 1
-    total, _ = engine.map_reduce_clients(client, data + state, chunk)
+    total, _ = client_sums.map_reduce_clients(client, data + state, chunk)
     return state + total['s'], {'loss': total['s']}
 
   segment = engine.make_segment(step, length=3)
@@ -180,7 +180,7 @@ def test_over_runs_groups_equal_one_vmap():
 
 def test_finite_checks_values_and_norms_do_not_overflow():
   huge = {'w': jnp.full((4,), 1e30, jnp.float32)}
-  assert bool(engine.tree_all_finite(huge))
-  np.testing.assert_allclose(engine.safe_norm(huge), 2e30, rtol=1e-6)
-  assert not bool(engine.tree_all_finite({'w': jnp.array([1.0, jnp.nan])}))
-  assert float(engine.safe_norm({'w': jnp.zeros(3)})) == 0.0
+  assert bool(client_sums.tree_all_finite(huge))
+  np.testing.assert_allclose(client_sums.safe_norm(huge), 2e30, rtol=1e-6)
+  assert not bool(client_sums.tree_all_finite({'w': jnp.array([1.0, jnp.nan])}))
+  assert float(client_sums.safe_norm({'w': jnp.zeros(3)})) == 0.0

@@ -76,7 +76,7 @@ def test_the_table_is_numpy_and_only_the_cohort_enters_the_program(tiny_npz, tmp
   assert leaves and all(isinstance(a, np.ndarray) and a.shape[:2] == (2, 6) for a in leaves)
   shapes = host_state.device_state(study.state, 2).clients
   assert all(s.shape[:2] == (2, 2) for s in jax.tree.leaves(shapes))
-  # The cohorts the host gathers are the ones the round draws (engine.cohort_ids).
+  # The cohorts the host gathers are the ones the round draws (sampling.cohort_ids).
   ids = np.asarray(host_state.cohort_program(config.clients_per_round, config.cohort_sampler)(
       study.state._replace(clients=()), study.data, study.inputs))
   assert ids.shape == (2, 2) and all(len(set(r)) == 2 for r in ids.tolist())

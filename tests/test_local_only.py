@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import engine, evaluation, study
+from fedjax_drift import evaluation, sampling, study
 from fedjax_drift.errors import UserError
 from helpers import run_rounds, tiny_config
 from reference import logreg_grad, to_numpy_params
@@ -20,7 +20,7 @@ def _data(npz):
 
 def _cohorts(exp, rounds):
   """The engine's cohort ids of rounds 0..rounds-1, replayed from the run key."""
-  return [np.asarray(engine.sample_cohort(
+  return [np.asarray(sampling.sample_cohort(
       jax.random.fold_in(jax.random.fold_in(exp.state.key, t), 0), len(exp.train_parts),
       exp.config.clients_per_round)) for t in range(rounds)]
 

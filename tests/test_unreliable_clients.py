@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import applies, engine, unreliable
+from fedjax_drift import applies, client_sums, engine, unreliable
 from fedjax_drift.algorithms import robust
 from fedjax_drift.errors import UserError
 from helpers import check_sweep_equals_single_runs_and_resumes, cohort_and_batches, tiny_config
@@ -162,7 +162,7 @@ def test_dropped_clients_keep_their_state(tiny_npz, unequal_partition):
 
 
 def np_drift(deltas, losses):
-  """The drift diagnostics of engine.drift_diagnostics over the [m, P] rows given."""
+  """The drift diagnostics of client_sums.drift_diagnostics over the [m, P] rows given."""
   norms = np.linalg.norm(deltas, axis=1)
   mean = deltas.mean(axis=0)
   cosine = np.mean(deltas @ mean / (norms * np.linalg.norm(mean)))
@@ -180,12 +180,12 @@ def test_drift_diagnostics_leave_out_dropped_clients():
   reports = np.array([True, False, True, True, False])
 
   def engine_stats(reports):
-    per = [engine.client_summands({'w': jnp.asarray(d[:3]), 'b': jnp.asarray(d[3:])},
+    per = [client_sums.client_summands({'w': jnp.asarray(d[:3]), 'b': jnp.asarray(d[3:])},
                                   jnp.float32(w), jnp.asarray(r))
            for d, w, r in zip(deltas, weights, reports)]
     sums = jax.tree.map(lambda *a: sum(a), *[p[0] for p in per])
     norms = jnp.stack([p[1] for p in per])
-    return {k: float(v) for k, v in engine.drift_diagnostics(
+    return {k: float(v) for k, v in client_sums.drift_diagnostics(
         sums, norms, jnp.asarray(losses), jnp.asarray(weights), jnp.asarray(reports)).items()}
 
   got = engine_stats(reports)
