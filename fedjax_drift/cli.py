@@ -213,12 +213,7 @@ def _settings_file(fedjax_drift, path):
   read, is not a JSON object, or names a setting this version does not have."""
   if os.path.isdir(path):  # a run directory: its config.json
     path = os.path.join(path, 'config.json')
-  try:
-    with open(path, encoding='utf-8') as f:
-      values = json.load(f)
-  except (OSError, ValueError) as e:
-    raise fedjax_drift.UserError(f'--config={path}: cannot read it '
-                                 f'({getattr(e, "strerror", None) or e})') from None
+  values = fedjax_drift.errors.read_json_input(path, f'--config={path}')
   if not isinstance(values, dict):
     raise fedjax_drift.UserError(f'--config={path} is not a JSON object of settings')
   settings = {k: v for k, v in values.items() if not k.startswith('_') and k not in FILE_SKIPS}

@@ -1,8 +1,11 @@
 """The one exception type for mistakes a user can fix (bad flags, bad files).
 
 The CLI prints its message as one line and exits with code 2; the library raises it so that
-`fedjax_drift.run(config)` callers get the same message.
+`fedjax_drift.run(config)` callers get the same message. `read_json_input` reads a JSON file
+a flag names with that one message for every way it can be bad.
 """
+import json
+import os
 
 
 class UserError(ValueError):
@@ -39,3 +42,26 @@ def too_many_devices(requested, available, backend):
     message += (f'; on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count={requested} '
                 'before starting Python')
   return UserError(message)
+
+
+def read_json_input(path, flag, expected=''):
+  """The JSON value in the file `path` that `flag` names (e.g. '--cohorts=file:PATH').
+
+  A missing file, one that cannot be read, invalid JSON or JSON nested too deeply for the
+  parser is one UserError starting with the flag (and the path, when the flag does not hold
+  it); `expected` (e.g. 'a JSON list of index lists') is added to the nesting error, whose
+  cause a reader would not guess. What the value must hold is the caller's to check.
+  """
+  where = flag if str(path) in flag else f'{flag}: {path}'
+  if not os.path.isfile(path):
+    raise UserError(f'{where}: file does not exist')
+  try:
+    with open(path, encoding='utf-8') as f:
+      return json.load(f)
+  except OSError as e:
+    raise UserError(f'{where}: cannot read it ({e.strerror or e})') from None
+  except ValueError as e:  # json.JSONDecodeError, and bytes that are not UTF-8
+    raise UserError(f'{where}: not valid JSON ({e})') from None
+  except RecursionError:  # lists nested thousands deep
+    raise UserError(f'{where}: nested too deeply'
+                    + (f'; expected {expected}' if expected else '')) from None

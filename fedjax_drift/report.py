@@ -52,12 +52,20 @@ def temp_name(directory, tag=None):
   return os.path.join(directory, f'{TEMP_PREFIX}{tag}{os.urandom(2).hex()}{TEMP_SUFFIX}')
 
 
-def atomic_write(path, data: bytes, tag=None):
-  """Writes `data` to a temporary name beside `path`, then renames it into place.
+def atomic_write(path, data: bytes, tag=None, hint='', parents=False):
+  """Writes the bytes `data` to `path` through a temporary beside it (atomic_write_with)."""
+  atomic_write_with(path, lambda f: f.write(data), tag, hint, parents)
 
-  On any failure or interrupt the temporary file is removed, so nothing half-written stays;
-  an OSError (a full disk, no permission) becomes one UserError naming `path`. Inside a
-  recording run directory, `path` is recorded first and the temporary carries the run's tag.
+
+def atomic_write_with(path, write, tag=None, hint='', parents=False):
+  """Calls write(f) on a new temporary file beside `path` (binary), fsyncs it, then renames
+  it into place: the tool's one way to write a file, so a reader (or a killed process) sees
+  the old file or the whole new one, never a part.
+
+  On any failure or interrupt the temporary file is removed; an OSError (a full disk, no
+  permission) becomes one UserError naming `path`, with `hint` (what to do) after it.
+  parents: create the folder first. Inside a recording run directory, `path` is recorded
+  first and the temporary carries the run's tag.
   """
   directory = os.path.dirname(os.path.abspath(path))
   record = _records.get(os.path.realpath(directory))
@@ -66,8 +74,10 @@ def atomic_write(path, data: bytes, tag=None):
     tag = record.temp_tag
   tmp = temp_name(directory, tag)
   try:
+    if parents:
+      os.makedirs(directory, exist_ok=True)
     with open(tmp, 'xb') as f:
-      f.write(data)
+      write(f)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -75,7 +85,8 @@ def atomic_write(path, data: bytes, tag=None):
     if os.path.exists(tmp):
       os.remove(tmp)
     if isinstance(e, OSError):
-      raise UserError(f'cannot write {path}: {e.strerror or e}') from None
+      raise UserError(f'cannot write {path}: {e.strerror or e}'
+                      + (f' ({hint})' if hint else '')) from None
     raise
 
 

@@ -5,8 +5,6 @@ them, FedGKD-Vote's voting examples, and the --cohorts file.
 (`check_structure`, `read_cohorts`, `check_cohorts`) refuse, in one line naming the flag, a
 dataset or file the partition cannot use, before any run is built.
 """
-import json
-import os
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -15,7 +13,7 @@ import numpy as np
 from fedjax_drift import algorithms
 from fedjax_drift.data import domains, partitions
 from fedjax_drift.data import pipeline as input_pipeline
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, read_json_input
 
 
 class Validation(NamedTuple):
@@ -35,13 +33,7 @@ def read_cohorts(path, rounds, cohort_size):
   count in `check_cohorts` once it is known.
   """
   flag = f'--cohorts=file:{path}'
-  if not os.path.isfile(path):
-    raise UserError(f'{flag}: file does not exist')
-  try:
-    with open(path) as f:
-      raw = json.load(f)
-  except (OSError, ValueError) as e:
-    raise UserError(f'{flag}: not valid JSON ({e})') from None
+  raw = read_json_input(path, flag, 'a JSON list of client-id lists')
   if not isinstance(raw, list) or not all(isinstance(c, list) for c in raw):
     raise UserError(f'{flag}: expected a JSON list of client-id lists, one per round')
   if len(raw) < rounds:

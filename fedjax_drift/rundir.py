@@ -25,7 +25,7 @@ import os
 import shutil
 
 from fedjax_drift import report
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, read_json_input
 from fedjax_drift.version import __version__
 
 MARKER = '.fedjax-drift.json'
@@ -357,11 +357,7 @@ def read_run_config(run_dir) -> dict:
   path = os.path.join(run_dir, 'config.json')
   if not os.path.isfile(path):
     raise UserError(f'--resume: {run_dir} holds no run (no config.json)')
-  try:
-    with open(path) as f:
-      saved = json.load(f)
-  except (OSError, ValueError) as e:
-    raise UserError(f'--resume: cannot read {path} ({e})') from None
+  saved = read_json_input(path, '--resume')
   missing = [k for k in RUN_KEYS if k not in saved] if isinstance(saved, dict) else RUN_KEYS
   if missing:
     raise UserError(f'--resume: {path} is not a fedjax-drift run configuration (lacks '

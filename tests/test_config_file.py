@@ -35,7 +35,7 @@ def test_a_rerun_from_config_json_has_the_same_settings(tmp_path, tiny_npz, uneq
 def test_config_file_mistakes_are_one_line(tmp_path):
   bad = tmp_path / 'bad.json'
   for content, expected in (('{"algo": "fedavg", "colour": 3}', "unknown setting 'colour'"),
-                            ('[1, 2]', 'is not a JSON object'), ('{oops', 'cannot read it')):
+                            ('[1, 2]', 'is not a JSON object'), ('{oops', 'not valid JSON')):
     bad.write_text(content)
     done = cli(f'--config={bad}', f'--out={tmp_path / "run"}')
     lines = done.stderr.strip().splitlines()

@@ -7,7 +7,7 @@ import pytest
 
 from fedjax_drift import inputs, rundir, study
 from fedjax_drift.data import common, partitions, tokenization
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, read_json_input
 from helpers import tiny_config
 
 
@@ -76,3 +76,21 @@ def test_a_missing_pretrained_folder_is_named_before_any_work(tmp_path, tiny_npz
   config = tiny_config(tiny_npz, unequal_partition, pretrained=missing)
   with pytest.raises(UserError, match='does not exist'):
     inputs.input_files(study.input_flags(config))
+
+
+def test_a_json_input_is_read_or_refused_in_one_line_naming_the_flag(tmp_path):
+  """errors.read_json_input: the one reader of the JSON files flags name (issue 47 item 4)."""
+  good = tmp_path / 'good.json'
+  good.write_text('[[0, 1], [2]]')
+  assert read_json_input(str(good), f'--cohorts=file:{good}') == [[0, 1], [2]]
+  bad, deep = tmp_path / 'bad.json', tmp_path / 'deep.json'
+  bad.write_text('[1,')
+  deep.write_text('[' * 100000 + ']' * 100000)
+  for path, flag, message in (
+      (tmp_path / 'none.json', '--resume', f'--resume: {tmp_path / "none.json"}: file does not'),
+      (bad, f'--config={bad}', f'--config={bad}: not valid JSON ('),
+      (deep, f'--partition=file:{deep}', f'--partition=file:{deep}: nested too deeply; '
+                                         'expected lists')):
+    with pytest.raises(UserError) as e:
+      read_json_input(str(path), flag, 'lists')
+    assert str(e.value).startswith(message) and '\n' not in str(e.value), str(e.value)

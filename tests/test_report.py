@@ -1,8 +1,12 @@
 """report.py: the run directory's figures (drift.png's panels and their labels, partition.png
-rendered once per histogram)."""
+rendered once per histogram), and its one way to write a file."""
+import os
+
 import numpy as np
+import pytest
 
 from fedjax_drift import report
+from fedjax_drift.errors import UserError
 
 
 def test_drift_plot_labels_each_panel_and_shows_the_training_loss(tmp_path, monkeypatch):
@@ -40,3 +44,19 @@ def test_a_partition_figure_is_rendered_once_per_histogram_and_title(tmp_path, m
   assert (tmp_path / 'c.png').read_bytes() == (tmp_path / 'a.png').read_bytes()
   report.plot_partition(str(tmp_path / 'd.png'), hist, 'dirichlet partition (seed 1)')
   assert len(rendered) == 2  # another title: its own figure
+
+
+def test_atomic_write_with_leaves_the_whole_file_or_none(tmp_path):
+  """report.atomic_write_with: the one temp-file, fsync, rename writer (issue 47 item 4)."""
+  path = tmp_path / 'sub' / 'a.npz'
+  report.atomic_write_with(str(path), lambda f: np.savez(f, x=np.arange(3)), parents=True)
+  assert np.load(path)['x'].tolist() == [0, 1, 2]
+
+  def fails(f):
+    f.write(b'half')
+    raise OSError(28, 'No space left on device')
+
+  with pytest.raises(UserError, match=r'cannot write .*a.npz: No space left on device \(make '
+                     r'room\)'):
+    report.atomic_write_with(str(path), fails, hint='make room')
+  assert os.listdir(tmp_path / 'sub') == ['a.npz'] and np.load(path)['x'].tolist() == [0, 1, 2]

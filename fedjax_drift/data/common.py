@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-from fedjax_drift import registry
+from fedjax_drift import registry, report
 from fedjax_drift.errors import UserError
 
 
@@ -235,20 +235,12 @@ def load_imported(name):
 
 
 def write_npz(path, **arrays):
-  """Writes `arrays` to `path` (.npz) through a temporary beside it, renamed into place: an
-  interrupt or a failure leaves no partial file. A failed write (a full disk, no permission)
-  is one UserError naming `path`."""
-  tmp = f'{path}.tmp{os.getpid()}.npz'
-  try:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-  except OSError as e:
-    raise UserError(f'cannot write {path}: {e.strerror or e} (make room, or set '
-                    'FEDJAX_DRIFT_CACHE to a writable folder with room)') from None
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  """Writes `arrays` to `path` (.npz) through a temporary beside it, renamed into place
+  (report.atomic_write_with): an interrupt or a failure leaves no partial file. A failed
+  write (a full disk, no permission) is one UserError naming `path`."""
+  report.atomic_write_with(path, lambda f: np.savez(f, **arrays), parents=True,
+                           hint='make room, or set FEDJAX_DRIFT_CACHE to a writable folder '
+                           'with room')
 
 
 def npz_structure(path):

@@ -5,12 +5,10 @@ of example indices. Every example is assigned at most once; partitions that prom
 completeness (all but `shards` when the split does not divide evenly) assign every example.
 Impossible requests raise `UserError` naming the flag.
 """
-import json
-import os
 
 import numpy as np
 
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, read_json_input
 from fedjax_drift import registry
 
 
@@ -241,16 +239,7 @@ def natural_column(partition, columns, dataset):
 
 def from_file(path, num_examples):
   """A JSON list of per-client lists of training-example indices."""
-  if not os.path.exists(path):
-    raise UserError(f'--partition=file:{path}: file does not exist')
-  try:
-    with open(path) as f:
-      raw = json.load(f)
-  except (OSError, ValueError) as e:
-    raise UserError(f'--partition=file:{path}: not valid JSON ({e})') from None
-  except RecursionError:  # lists nested thousands deep
-    raise UserError(f'--partition=file:{path}: nested too deeply; expected a JSON list of '
-                    'index lists') from None
+  raw = read_json_input(path, f'--partition=file:{path}', 'a JSON list of index lists')
   if not isinstance(raw, list) or not all(isinstance(p, list) for p in raw):
     raise UserError(f'--partition=file:{path}: expected a JSON list of index lists')
   parts = []

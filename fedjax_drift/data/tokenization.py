@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from fedjax_drift import report
 from fedjax_drift.data import common
 from fedjax_drift.errors import UserError, first_line
 
@@ -130,19 +131,10 @@ def trained_tokenizer(train_texts, vocab_size):
 
 
 def _write_text(path, text):
-  """Writes `text` through a temporary renamed into place; a failure is one UserError."""
-  tmp = f'{path}.tmp{os.getpid()}'
-  try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(tmp, 'w', encoding='utf-8') as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except OSError as e:
-    raise UserError(f'cannot write {path}: {e.strerror or e} (set FEDJAX_DRIFT_CACHE to a '
-                    'writable folder with room)') from None
-  finally:
-    if os.path.exists(tmp):
-      os.remove(tmp)
+  """Writes `text` (UTF-8) through a temporary renamed into place (report.atomic_write); a
+  failure is one UserError."""
+  report.atomic_write(path, text.encode('utf-8'), parents=True,
+                      hint='set FEDJAX_DRIFT_CACHE to a writable folder with room')
 
 
 def check_pretrained(path):

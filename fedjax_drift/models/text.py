@@ -16,7 +16,6 @@ dropout(seq_classif_dropout), classifier Dense(C). `load_pretrained` maps every 
 Hugging Face checkpoint folder onto this module's parameters.
 """
 import functools
-import json
 import os
 import sys
 from typing import NamedTuple
@@ -27,7 +26,7 @@ import numpy as np
 from flax import linen as nn
 
 from fedjax_drift import registry
-from fedjax_drift.errors import UserError
+from fedjax_drift.errors import UserError, read_json_input
 from fedjax_drift.models.layers import dense, embed
 
 
@@ -65,11 +64,7 @@ def read_config(directory):
   if not os.path.isfile(path):
     raise UserError(f'--pretrained={directory}: no config.json in it (a Hugging Face '
                     'checkpoint folder holds config.json and model.safetensors)')
-  try:
-    with open(path, encoding='utf-8') as f:
-      raw = json.load(f)
-  except (OSError, ValueError) as e:
-    raise UserError(f'--pretrained: cannot read {path}: {e}') from None
+  raw = read_json_input(path, '--pretrained')
   if raw.get('model_type', 'distilbert') != 'distilbert':
     raise UserError(f'--pretrained: {path} is a {raw.get("model_type")!r} model; '
                     '--model=distilbert reads DistilBERT checkpoints')
