@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_drift import algorithms
-from fedjax_drift.data import domains, partitions
+from fedjax_drift.data import partitions
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError, read_json_input
 
@@ -74,19 +74,9 @@ def with_own_validation(config, dataset):
 
 
 def check_structure(config, dataset):
-  """The partitions that read a dataset's domain ids or group columns refuse one without."""
-  if config.partition == 'domains' and dataset.domains_train is None:
-    raise UserError(f'--partition=domains needs a dataset with domain ids; --dataset='
-                    f'{config.dataset} has none (multi-domain: digits5, domainnet, '
-                    'digits_domains, or an npz with d_train and d_test)')
-  have = sorted(dataset.groups or {})
-  column = partitions.natural_column(config.partition, have, config.dataset)
-  if column is not None:
-    if column not in have:
-      raise UserError(f'--partition=natural:{column}: --dataset={config.dataset} has no group '
-                      f'column {column!r}; '
-                      + (f'it has {", ".join(have)}' if have else
-                         'it has none (an npz gives them as <column>_train arrays)'))
+  """The partitions that read a dataset's domain ids or group columns refuse one without
+  (partitions.check_dataset: the entry's own check)."""
+  partitions.check_dataset(config, dataset)
 
 
 def validation_split(config, dataset, norm=None, pool=None, held=None):
@@ -119,8 +109,8 @@ def _vote_indices(config, dataset, pool=None, held=None):
       raise UserError(f'--vote_val_size={size} exceeds the {len(held)} examples that '
                       f'--val_source=server --val_fraction={config.val_fraction:g} holds out')
     val, keep = np.sort(rng.choice(held, size, replace=False)), pool
-  elif config.partition.startswith('file:'):
-    used = np.concatenate(partitions.from_file(config.partition[5:], n))
+  elif partitions.is_fixed(config.partition):  # the vote's examples: those no client holds
+    used = np.concatenate(partitions.client_parts(config, dataset, np.arange(n))[0])
     free = np.setdiff1d(np.arange(n), used)
     if len(free) < size:
       raise UserError(f'--vote_val_size={size}: only {len(free)} training examples are in no '
@@ -148,22 +138,7 @@ def partition_run(config, dataset, norm=None):
   server_data = None if vote is None else {
       'x_val': input_pipeline.preprocess(jnp.asarray(ds.x_train[vote]), norm),
       'y_val': jnp.asarray(ds.y_train[vote])}
-  test_parts = None
-  column = partitions.natural_column(config.partition, list(ds.groups or {}), config.dataset)
-  if config.partition == 'domains':
-    parts, test_parts, _ = domains.domain_partition(
-        ds.domains_train[keep], ds.domains_test, config.num_clients,
-        np.random.default_rng(config.seed))
-  elif column is not None:  # natural or natural:COLUMN
-    parts = partitions.natural(ds.groups[column][keep], config.num_clients,
-                               np.random.default_rng(config.seed), column)
-  elif config.partition.startswith('file:'):
-    parts = partitions.partition(config.partition, ds.y_train, config.num_clients, config.seed)
-    keep = np.arange(len(ds.y_train))
-  else:
-    parts = partitions.partition(config.partition, ds.y_train[keep], config.num_clients,
-                                 config.seed, config.classes_per_client, config.dirichlet_alpha)
-  parts = [keep[p] for p in parts]
+  parts, test_parts = partitions.client_parts(config, ds, keep)
   if config.test_partition == 'like_train' and test_parts is None:  # domains: split by domain
     # From the clients' whole parts, so the test split does not depend on --val_fraction.
     test_parts = partitions.partition_like(parts, ds.y_train, ds.y_test, config.seed,

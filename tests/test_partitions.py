@@ -1,4 +1,5 @@
 import json
+import types
 
 import numpy as np
 import pytest
@@ -53,14 +54,23 @@ def test_impossible_splits_are_clear_errors(tmp_path):
   with pytest.raises(UserError, match='--partition=bogus'):
     partitions.partition('bogus', LABELS, 10, 0)
   path = tmp_path / 'p.json'
+
+  def from_file():  # built through the registry, as a run builds it
+    config = types.SimpleNamespace(partition=f'file:{path}', num_clients=2, seed=0,
+                                   dataset='x')
+    return partitions.client_parts(config, types.SimpleNamespace(y_train=LABELS),
+                                   np.arange(len(LABELS)))
+
   path.write_text(json.dumps([[0, 1], [1, 2]]))
   with pytest.raises(UserError, match='more than once'):
-    partitions.partition(f'file:{path}', LABELS, 2, 0)
+    from_file()
   path.write_text(json.dumps([[0, 1], []]))
   with pytest.raises(UserError, match='empty'):
-    partitions.partition(f'file:{path}', LABELS, 2, 0)
+    from_file()
   path.write_text(json.dumps([[0, 99999]]))
   with pytest.raises(UserError, match=r'indices must lie'):
+    from_file()
+  with pytest.raises(UserError, match='does not split by labels'):
     partitions.partition(f'file:{path}', LABELS, 1, 0)
 
 

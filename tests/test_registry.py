@@ -8,6 +8,7 @@ reads fails here, unless that field is read elsewhere for the entry (READ_ELSEWH
 """
 import dataclasses
 import inspect
+import types
 
 import numpy as np
 import pytest
@@ -55,7 +56,23 @@ def _context(kind):
     return algorithms.method_context(Config(), model, algorithms.get('fedavg', Config(), model))
   if kind == 'model':  # token sequences of 16 over 100 ids serve the text models
     return dict(num_classes=10, input_shape=(2, 16), vocab_size=100)
+  if kind == 'partition':  # labels, domain ids and a group column serve every partition
+    dataset = types.SimpleNamespace(y_train=np.arange(40) % 4, domains_train=np.arange(40) % 2,
+                                    domains_test=np.arange(10) % 2,
+                                    groups={'writer': np.arange(40) % 5})
+    return dict(dataset=dataset, keep=np.arange(40))
   return {}
+
+
+def _config(kind, name, tmp_path):
+  """The Config an entry is built from: the defaults, but for a partition its own --partition
+  value (a file for file:, a column for natural:) and two clients."""
+  if kind != 'partition':
+    return Config()
+  value = {'file:': f'file:{tmp_path / "parts.json"}', 'natural:': 'natural:writer'}.get(name,
+                                                                                        name)
+  (tmp_path / 'parts.json').write_text('[[0, 1], [2, 3]]')
+  return Config(partition=value, num_clients=2)
 
 
 BUILT = [(kind, name) for kind in registry.KINDS for name, e in registry.entries(kind).items()
@@ -63,9 +80,9 @@ BUILT = [(kind, name) for kind in registry.KINDS for name, e in registry.entries
 
 
 @pytest.mark.parametrize('kind,name', BUILT, ids=[f'{k}:{n}' for k, n in BUILT])
-def test_each_build_reads_exactly_what_it_declares(kind, name):
+def test_each_build_reads_exactly_what_it_declares(kind, name, tmp_path):
   entry = registry.get(kind, name)
-  recording = _Recording(Config())
+  recording = _Recording(_config(kind, name, tmp_path))
   registry.build(kind, name, recording, **_context(kind))
   common = registry.field_names(Config) - registry.declared()
   fallbacks = {registry.FALLBACKS[f] for f in entry.reads if f in registry.FALLBACKS}
@@ -88,10 +105,12 @@ def test_every_declared_field_is_a_config_field_and_every_entry_has_a_summary():
 
 
 def test_partition_functions_take_one_value_per_declared_field():
-  """partitions.partition hands each label partition the values of its `reads`, in order."""
+  """partitions.partition hands each label partition the values of its `reads`, in order;
+  every partition is built through its entry (no partition is dispatched by hand)."""
   for name, entry in registry.entries('partition').items():
-    if entry.info is not None:
-      params = inspect.signature(entry.info).parameters.values()
+    assert entry.build is not None and isinstance(entry.info, partitions.PartitionInfo), name
+    if entry.info.split is not None:
+      params = inspect.signature(entry.info.split).parameters.values()
       required = [p for p in params if p.default is inspect.Parameter.empty][3:]
       assert len(required) == len(entry.reads), name
 

@@ -4,12 +4,34 @@ Every partitioner maps (labels, num_clients, rng, ...) to a list of int arrays, 
 of example indices. Every example is assigned at most once; partitions that promise
 completeness (all but `shards` when the split does not divide evenly) assign every example.
 Impossible requests raise `UserError` naming the flag.
+
+Every --partition is a registry entry (kind 'partition', registered at the end of this file)
+and is dispatched only through it: `client_parts` builds the chosen one. Its build takes the
+flag values, the dataset and `keep` (the training examples clients may hold) and returns the
+clients' training parts as indices into the whole training set, with their test parts when
+the partition splits the test set too (domains). Its info, a PartitionInfo, says the rest:
+the label function of a label partition, whether its parts are fixed indices (file:), and
+what it needs of the dataset (`check`, run before any run is built).
 """
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
 from fedjax_drift.errors import UserError, read_json_input
 from fedjax_drift import registry
+from fedjax_drift.data import domains
+
+
+class PartitionInfo(NamedTuple):
+  """A partition entry's info."""
+  # A label partition's function: (labels, num_clients, rng, *values of its reads) -> parts.
+  split: Optional[Callable] = None
+  # Its parts are given indices into the whole training set (file:), not drawn from `keep`:
+  # examples held out of the clients (FedGKD-Vote's) come from those no part holds.
+  fixed: bool = False
+  # check(values, dataset): a UserError naming the flag when the dataset lacks what the
+  # partition reads (domain ids, a group column); run on the loaded dataset, before any run.
+  check: Optional[Callable] = None
 
 
 def iid(labels, num_clients, rng):
@@ -261,22 +283,48 @@ def from_file(path, num_examples):
 
 
 def partition(name, labels, num_clients, seed, classes_per_client=2, dirichlet_alpha=0.5):
-  """Dispatches on --partition; checks that no client is empty."""
+  """The parts of `labels` (indices into them) that label partition `name` (a registered
+  entry whose info has a `split`) deals to num_clients clients, seeded; no client empty."""
   rng = np.random.default_rng(seed)
-  if name.startswith('file:'):
-    parts = from_file(name[5:], len(labels))
-  else:
-    if num_clients < 1:
-      raise UserError(f'--num_clients={num_clients} must be >= 1')
-    if num_clients > len(labels):
-      raise UserError(f'--num_clients={num_clients} exceeds the {len(labels)} training examples')
-    entry = registry.get('partition', name)
-    values = {'classes_per_client': classes_per_client, 'dirichlet_alpha': dirichlet_alpha}
-    parts = entry.info(labels, num_clients, rng, *[values[f] for f in entry.reads])
+  if num_clients < 1:
+    raise UserError(f'--num_clients={num_clients} must be >= 1')
+  if num_clients > len(labels):
+    raise UserError(f'--num_clients={num_clients} exceeds the {len(labels)} training examples')
+  entry = registry.get('partition', name)
+  if entry.info is None or entry.info.split is None:
+    raise UserError(f'--partition={name} does not split by labels')
+  values = {'classes_per_client': classes_per_client, 'dirichlet_alpha': dirichlet_alpha}
+  return _nonempty(name, entry.info.split(labels, num_clients, rng,
+                                          *[values[f] for f in entry.reads]))
+
+
+def _nonempty(name, parts):
+  """parts, or a UserError naming the clients --partition=name leaves empty."""
   empty = [i for i, p in enumerate(parts) if len(p) == 0]
   if empty:
     raise UserError(f'--partition={name} leaves client(s) {empty[:5]} empty')
   return parts
+
+
+def client_parts(config, dataset, keep):
+  """(train parts, test parts or None) of --partition=config.partition, built through its
+  registry entry: config (a Config; its seed the run's), the loaded dataset, and keep, the
+  sorted training examples clients may hold. Train parts index the whole training set."""
+  return registry.build('partition', config.partition, config, dataset=dataset, keep=keep)
+
+
+def check_dataset(config, dataset):
+  """UserError naming --partition when the loaded dataset lacks what it reads (its info's
+  `check`: domain ids, a group column); nothing for the partitions that read labels only."""
+  entry = registry.get('partition', config.partition)
+  if entry.info is not None and entry.info.check is not None:
+    entry.info.check(registry.Values(entry, config), dataset)
+
+
+def is_fixed(name) -> bool:
+  """Whether --partition=name's parts are fixed indices into the whole training set."""
+  info = registry.get('partition', name).info
+  return info is not None and info.fixed
 
 
 def partition_like(train_parts, train_labels, test_labels, seed, num_classes):
@@ -413,29 +461,82 @@ def check_covers(labels, pool, val, train, what, remedy):
 
 
 # --- Registration -----------------------------------------------------------------------------
-# info: the function (labels, num_clients, rng, *values of reads) -> parts, for the partitions
-# that split labels; study.py splits by the dataset's own ids for file:, natural: and domains.
-registry.register('partition', 'iid', 'uniformly at random', info=iid)
-registry.register('partition', 'shards', 'sort-and-partition: --classes_per_client single-label '
-                  'shards per client', reads=('classes_per_client',), info=shards)
-registry.register('partition', 'dirichlet', 'per-class Dirichlet(--dirichlet_alpha) allocation',
-                  reads=('dirichlet_alpha',), info=dirichlet)
-registry.register('partition', 'dirichlet_client', 'a Dirichlet class mixture per client (Hsu '
-                  'et al.)', reads=('dirichlet_alpha',), info=dirichlet_client)
-registry.register('partition', 'quantity', 'Dirichlet client sizes, IID labels',
-                  reads=('dirichlet_alpha',), info=quantity)
-registry.register('partition', 'feddf', 'FedDF\'s Dirichlet(--dirichlet_alpha) dealer '
-                  '(Lin et al. 2020; FedGKD\'s code): groups of 10 clients, equal sizes',
-                  reads=('dirichlet_alpha',), info=feddf)
+def _label_partition(name, summary, split, reads=()):
+  """Registers label partition `name`: split(labels, num_clients, rng, *values of reads) is its
+  info's, and its build deals the labels of `keep` (the examples clients may hold)."""
+
+  def build(v, dataset, keep):
+    parts = partition(name, dataset.y_train[keep], v.num_clients, v.seed,
+                      **{f: getattr(v, f) for f in reads})
+    return [keep[p] for p in parts], None
+
+  registry.register('partition', name, summary, reads=reads, build=build,
+                    info=PartitionInfo(split=split))
+
+
+def _domains(v, dataset, keep):
+  """--partition=domains: each domain's examples (of keep) to its own clients, which are
+  tested on their share of their own domain's test examples."""
+  parts, test_parts, _ = domains.domain_partition(dataset.domains_train[keep],
+                                                  dataset.domains_test, v.num_clients,
+                                                  np.random.default_rng(v.seed))
+  return [keep[p] for p in parts], test_parts
+
+
+def _has_domains(v, dataset):
+  if dataset.domains_train is None:
+    raise UserError(f'--partition=domains needs a dataset with domain ids; --dataset='
+                    f'{v.dataset} has none (multi-domain: digits5, domainnet, '
+                    'digits_domains, or an npz with d_train and d_test)')
+
+
+def _file(v, dataset, keep):
+  """--partition=file:PATH: the file's parts, as given (keep does not apply)."""
+  del keep
+  return _nonempty(v.partition, from_file(v.partition[len('file:'):],
+                                          len(dataset.y_train))), None
+
+
+def _natural(v, dataset, keep):
+  """--partition=natural[:COLUMN]: one client per id of the group column (of keep)."""
+  column = natural_column(v.partition, list(dataset.groups or {}), v.dataset)
+  parts = natural(dataset.groups[column][keep], v.num_clients, np.random.default_rng(v.seed),
+                  column)
+  return [keep[p] for p in parts], None
+
+
+def _has_column(v, dataset):
+  have = sorted(dataset.groups or {})
+  column = natural_column(v.partition, have, v.dataset)
+  if column not in have:
+    raise UserError(f'--partition=natural:{column}: --dataset={v.dataset} has no group '
+                    f'column {column!r}; '
+                    + (f'it has {", ".join(have)}' if have else
+                       'it has none (an npz gives them as <column>_train arrays)'))
+
+
+_label_partition('iid', 'uniformly at random', iid)
+_label_partition('shards', 'sort-and-partition: --classes_per_client single-label shards per '
+                 'client', shards, reads=('classes_per_client',))
+_label_partition('dirichlet', 'per-class Dirichlet(--dirichlet_alpha) allocation', dirichlet,
+                 reads=('dirichlet_alpha',))
+_label_partition('dirichlet_client', 'a Dirichlet class mixture per client (Hsu et al.)',
+                 dirichlet_client, reads=('dirichlet_alpha',))
+_label_partition('quantity', 'Dirichlet client sizes, IID labels', quantity,
+                 reads=('dirichlet_alpha',))
+_label_partition('feddf', 'FedDF\'s Dirichlet(--dirichlet_alpha) dealer (Lin et al. 2020; '
+                 'FedGKD\'s code): groups of 10 clients, equal sizes', feddf,
+                 reads=('dirichlet_alpha',))
 registry.register('partition', 'domains', 'each domain\'s examples to its own clients (any '
                   'dataset with domain ids: digits5, domainnet, digits_domains, npz with '
-                  'd_train/d_test); N >= domains')
+                  'd_train/d_test); N >= domains', build=_domains,
+                  info=PartitionInfo(check=_has_domains))
 registry.register('partition', 'file:', 'file:PATH, a JSON list of per-client index lists',
-                  prefix=True)
+                  build=_file, prefix=True, info=PartitionInfo(fixed=True))
 registry.register('partition', 'natural', 'one client per id of the dataset\'s own group '
                   'column (femnist: writer, shakespeare: role); --num_clients picks a seeded '
-                  'subset')
+                  'subset', build=_natural, info=PartitionInfo(check=_has_column))
 registry.register('partition', 'natural:', 'natural:COLUMN, one client per id of the '
                   'dataset\'s group column (e.g. writer); --num_clients picks a seeded subset',
-                  prefix=True)
+                  build=_natural, prefix=True, info=PartitionInfo(check=_has_column))
 NAMES = registry.names('partition')
