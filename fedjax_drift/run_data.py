@@ -80,7 +80,8 @@ def check_structure(config, dataset):
 
 
 def validation_split(config, dataset, norm=None, pool=None, held=None):
-  """FedGKD-Vote's server validation split: --vote_val_size training examples, seeded.
+  """The server validation split a part reads (algorithms.server_validation: FedGKD-Vote's,
+  of --vote_val_size training examples), seeded.
 
   Returns (kept example indices, server_data or None). Clients are partitioned over the kept
   examples only. With a file partition, validation examples come from examples no client
@@ -97,28 +98,29 @@ def validation_split(config, dataset, norm=None, pool=None, held=None):
 
 
 def _vote_indices(config, dataset, pool=None, held=None):
-  """(FedGKD-Vote's voting examples or None, the kept examples): `validation_split`'s
-  draw, as indices into the training set."""
+  """(the server validation examples, FedGKD-Vote's voting examples, or None; the kept
+  examples): `validation_split`'s draw, as indices into the training set."""
   n = len(dataset.y_train)
   pool = np.arange(n) if pool is None else pool
-  if not algorithms.needs_validation(config):
+  field = algorithms.server_validation(config)  # the part's own flag: --vote_val_size
+  if not field:
     return None, pool
-  size, rng = config.vote_val_size, np.random.default_rng(config.seed + 104729)
+  size, rng = getattr(config, field), np.random.default_rng(config.seed + 104729)
   if held is not None:  # the server's held-out split (--val_source=server) validates the vote,
     if size > len(held):  # as FedGKD's code does: the clients keep the whole pool
-      raise UserError(f'--vote_val_size={size} exceeds the {len(held)} examples that '
+      raise UserError(f'--{field}={size} exceeds the {len(held)} examples that '
                       f'--val_source=server --val_fraction={config.val_fraction:g} holds out')
     val, keep = np.sort(rng.choice(held, size, replace=False)), pool
   elif partitions.is_fixed(config.partition):  # the vote's examples: those no client holds
     used = np.concatenate(partitions.client_parts(config, dataset, np.arange(n))[0])
     free = np.setdiff1d(np.arange(n), used)
     if len(free) < size:
-      raise UserError(f'--vote_val_size={size}: only {len(free)} training examples are in no '
+      raise UserError(f'--{field}={size}: only {len(free)} training examples are in no '
                       f'client of --partition={config.partition}')
     val, keep = rng.choice(free, size, replace=False), np.arange(n)
   else:
     if size >= len(pool):
-      raise UserError(f'--vote_val_size={size} must be smaller than the {len(pool)} training '
+      raise UserError(f'--{field}={size} must be smaller than the {len(pool)} training '
                       'examples' + (' left by --val_fraction' if len(pool) < n else ''))
     perm = rng.permutation(len(pool))  # with the whole pool: the draw before --val_fraction
     val, keep = pool[perm[:size]], np.sort(pool[perm[size:]])

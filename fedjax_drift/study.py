@@ -199,9 +199,10 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   platform (None: this process's backend) is the one 'auto' choices are made for
   (`target_choices`)."""
   ds = shared.dataset
-  if config.scenario == 'longtail_stateless' and algorithms.needs_validation(config):
+  held_out = algorithms.server_validation(config)
+  if config.scenario == 'longtail_stateless' and held_out:
     raise UserError('--scenario=longtail_stateless draws clients from the whole training set, '
-                    'so FedGKD-Vote\'s validation split cannot be held out of it')
+                    f'so the server validation split of --{held_out} cannot be held out of it')
   train_parts, test_parts, server_data, validation, vote = run_data.partition_run(
       config, ds, shared.norm)
   conv_impl, _ = target_choices(config, platform)

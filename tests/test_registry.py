@@ -15,14 +15,19 @@ import pytest
 
 import fedjax_drift
 from fedjax_drift import algorithms, applies, catalog, models, registry
+from fedjax_drift.algorithms.parts import PartNeeds
 from fedjax_drift.config import Config
 from fedjax_drift.data import partitions
 from fedjax_drift.models import zoo
 
-# (kind, name) -> declared fields that another module reads for the entry.
-READ_ELSEWHERE = {
-    ('part', 'gkd_vote'): {'vote_val_size'},  # study.py carves the server split of that size
-}
+
+def _read_elsewhere(kind, name):
+  """The declared fields another module reads for the entry: a part's validation_size
+  (PartNeeds: run_data.py carves the server split of that size)."""
+  info = registry.get(kind, name).info
+  if kind == 'part' and info is not None and info.validation_size:
+    return {info.validation_size}
+  return set()
 
 
 class _Recording:
@@ -87,7 +92,7 @@ def test_each_build_reads_exactly_what_it_declares(kind, name, tmp_path):
   common = registry.field_names(Config) - registry.declared()
   fallbacks = {registry.FALLBACKS[f] for f in entry.reads if f in registry.FALLBACKS}
   read = recording.read - common - fallbacks
-  assert read == set(entry.reads) - READ_ELSEWHERE.get((kind, name), set())
+  assert read == set(entry.reads) - _read_elsewhere(kind, name)
 
 
 def test_an_undeclared_read_is_refused():
@@ -160,3 +165,26 @@ def test_a_model_option_is_checked_through_its_entry():
     models.get('mlp', 10, (28, 28, 1), gn_eps=1e-5)
   with pytest.raises(fedjax_drift.UserError, match='--grid: gn_eps is not read with --model=mlp'):
     applies.check_grid(Config(model='mlp'), {'gn_eps': [1e-5, 1e-6]})
+
+
+def test_generic_code_reads_a_part_s_needs_not_its_name():
+  """algorithms.recipe, projection_dim and server_validation read the part entry's PartNeeds
+  (issue 47 item 1): a new part asking for a server, a projection head and a server validation
+  split gets them with no edit elsewhere."""
+  name = 'test_registry_needs'
+  needs = PartNeeds(server='fedadc', servers=('fedadc_dm',), server_note='the probe\'s server',
+                    projection=True, validation_size='vote_val_size')
+  registry.register('part', name, 'a probe with every need', reads=('prox_mu',), info=needs,
+                    build=lambda v, **_: algorithms.fedprox.proximal_term(0.0 * v.prox_mu))
+  try:
+    config = Config(local_terms=name, moon_projection_dim=8)
+    assert algorithms.recipe(config).server == 'fedadc'
+    assert algorithms.projection_dim(config) == 8
+    assert algorithms.server_validation(config) == 'vote_val_size'
+    assert algorithms.server_validation(Config()) == '' and algorithms.projection_dim(Config()) == 0
+    server = registry.names('server', selectable=True)[0]
+    with pytest.raises(fedjax_drift.UserError, match='do not combine with the probe\'s server'):
+      algorithms.recipe(Config(local_terms=name, server_optimizer=server))
+  finally:
+    registry._ENTRIES['part'].pop(name)  # pylint: disable=protected-access
+    registry._DECLARED.clear()  # pylint: disable=protected-access

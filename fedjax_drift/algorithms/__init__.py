@@ -22,7 +22,7 @@ from fedjax_drift.algorithms import (server_optimizers, local, fedadc, fedfor, f
                                      fedcurv, fedntd, fedrs, moon, fedbn, local_only, ditto,
                                      fedrep, pfedme, apfl, fednova)
 from fedjax_drift.algorithms import robust, compression, dp  # aggregators, uploads, privacy
-from fedjax_drift.algorithms.parts import compose  # parts registers the 'mean' aggregator
+from fedjax_drift.algorithms.parts import PartNeeds, compose  # parts registers 'mean'
 from fedjax_drift.algorithms import recipes
 from fedjax_drift.algorithms.recipes import Recipe
 
@@ -56,21 +56,22 @@ def recipe(config) -> Recipe:
     registry.get('aggregator', config.aggregator)  # a one-line error naming the choices
     aggregator = config.aggregator
   server = base.server
-  if 'fedadc' in parts:
-    if config.server_optimizer or config.server_momentum:
-      raise UserError('--server_optimizer/--server_momentum do not combine with FedADC, whose '
-                      'server momentum is part of the method (--beta_global)')
-    server = base.server if base.server in fedadc.SERVERS else 'fedadc'
+  for needs in _needs(parts):
+    if needs.server:  # the part brings its own server (FedADC's momentum)
+      if config.server_optimizer or config.server_momentum:
+        raise UserError('--server_optimizer/--server_momentum do not combine with '
+                        f'{needs.server_note}')
+      server = base.server if base.server in needs.servers else needs.server
   if config.server_optimizer:
     if config.server_optimizer not in registry.names('server', selectable=True):
       raise UserError(f'--server_optimizer={config.server_optimizer} is unknown; use one of '
                       f'{", ".join(registry.names("server", selectable=True))}')
     server = config.server_optimizer
-  if config.algo == local_only.NAME:
+  if not base.federated:
     given = [f for f in ('local_terms', 'aggregator', 'server_optimizer', 'server_momentum')
              if getattr(config, f)]
     if given:
-      raise UserError(f'--{given[0]} does not combine with --algo=local_only, which has no '
+      raise UserError(f'--{given[0]} does not combine with --algo={config.algo}, which has no '
                       'server and no federated terms')
   if config.server_momentum:
     if server != 'avg':
@@ -93,15 +94,31 @@ def weighting_source(config) -> str:
   return entry.info.weighting_source if entry is not None else ''
 
 
+def _needs(parts):
+  """The PartNeeds of the registered parts named `parts` (PartNeeds() for one with none)."""
+  return [registry.get('part', p).info or PartNeeds() for p in parts]
+
+
 def projection_dim(config):
-  """The projection head width (MOON, FedGKD+), or 0 when the recipe has none."""
+  """The projection head width (--moon_projection_dim) when the recipe or one of its parts
+  asks for a head (MOON, FedGKD+), else 0."""
   r = recipe(config)
-  return config.moon_projection_dim if r.projection or 'moon' in r.parts else 0
+  wants = r.projection or any(n.projection for n in _needs(r.parts))
+  return config.moon_projection_dim if wants else 0
 
 
-def needs_validation(config):
-  """Whether the server holds out a validation split (FedGKD-Vote)."""
-  return 'gkd_vote' in recipe(config).parts
+def server_validation(config) -> str:
+  """The Config field that sizes the server validation split a part of the run reads
+  (FedGKD-Vote's 'vote_val_size'), or '' when no part reads one."""
+  return next((n.validation_size for n in _needs(recipe(config).parts) if n.validation_size),
+              '')
+
+
+def train_apply(model):
+  """The model's training-mode forward where it differs from apply (BatchNorm, dropout), or
+  None: local training then uses apply."""
+  return (model.train_apply if model.has_state or getattr(model, 'has_dropout', False)
+          else None)
 
 
 def get(name, config, model, server_data=None):
@@ -115,16 +132,9 @@ def get(name, config, model, server_data=None):
   aggregator = registry.build('aggregator', r.aggregator, config, **context)
   if aggregator is not None:  # None: compose's own weighted mean
     parts.append(aggregator)
-  # The training-mode forward only where it differs from apply: BatchNorm, dropout.
-  train_apply = (model.train_apply if model.has_state or getattr(model, 'has_dropout', False)
-                 else None)
-  optimizer = local_optimizer(config)
-  if name == local_only.NAME:
-    return local_only.local_only(model.apply, config.lr, optimizer, train_apply,
-                                 config.clip_grad_norm)
-  algo = compose(config.algo, model.apply, config.lr, optimizer,
+  algo = compose(config.algo, model.apply, config.lr, local_optimizer(config),
                  registry.build('server', r.server, config), parts, config.clients_per_round,
-                 train_apply, config.clip_grad_norm)
+                 train_apply(model), config.clip_grad_norm)
   if registry.get('algorithm', name).build is None:
     return algo
   return registry.build('algorithm', name, config, **method_context(config, model, algo))
@@ -135,22 +145,22 @@ def method_context(config, model, algo):
   `algo`, the `model`, the recipe's `parts`, and `trainer(parts, optimizer=None)`, which
   composes the same local training (local optimizer, clipping, training-mode forward) with
   other parts and no server: a FederatedAlgorithm whose client_update is a second local run
-  (Ditto's personal model); and for methods with a local loop of their own (pFedMe, APFL) the
-  task `objective` (local.task_objective), the local `optimizer` and `clip` (None or the
-  --clip_grad_norm clipping)."""
-  train_apply = (model.train_apply if model.has_state or getattr(model, 'has_dropout', False)
-                 else None)
+  (Ditto's personal model); and for methods with a local loop of their own (pFedMe, APFL,
+  local_only) the task `objective` (local.task_objective), the local `optimizer`, `clip`
+  (None or the --clip_grad_norm clipping) and `train_apply` (the training-mode forward, or
+  None: apply)."""
+  forward = train_apply(model)
 
   def trainer(parts, optimizer=None):
     return compose(config.algo, model.apply, config.lr, optimizer or local_optimizer(config),
-                   optax.set_to_zero(), parts, config.clients_per_round, train_apply,
+                   optax.set_to_zero(), parts, config.clients_per_round, forward,
                    config.clip_grad_norm)
 
   clip = (None if local.is_off(config.clip_grad_norm)
           else local.clip_by_global_norm(config.clip_grad_norm))
   return dict(algo=algo, model=model, parts=recipe(config).parts, trainer=trainer,
-              objective=local.task_objective(model.apply, train_apply),
-              optimizer=local_optimizer(config), clip=clip)
+              objective=local.task_objective(model.apply, forward),
+              optimizer=local_optimizer(config), clip=clip, train_apply=forward)
 
 
 def local_optimizer_name(config) -> str:

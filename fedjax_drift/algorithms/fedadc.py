@@ -29,7 +29,7 @@ from optax.tree_utils import tree_get
 
 from fedjax_drift.algorithms.distill import kl_to_student, tau2_factor
 from fedjax_drift.algorithms.local import cross_entropy, l2, masked_mean
-from fedjax_drift.algorithms.parts import Part
+from fedjax_drift.algorithms.parts import Part, PartNeeds
 from fedjax_drift import registry
 from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
@@ -119,8 +119,16 @@ def self_confidence_kd(kd_lambda, temperature, tau2=False):
 
 
 # --- Registration -----------------------------------------------------------------------------
+# The servers FedADC's recipes choose (--server_optimizer does not offer them).
+SERVERS = ('fedadc', 'fedadc_dm')
+
+
+# Its server momentum is part of the method: the part brings FedADC's server (Alg. 3).
 @registry.registers('part', 'fedadc', 'embedded momentum: local steps lean on m_t (FedADC)',
-                    reads=('beta_local', 'fedadc_variant'))
+                    reads=('beta_local', 'fedadc_variant'),
+                    info=PartNeeds(server='fedadc', servers=SERVERS,
+                                   server_note='FedADC, whose server momentum is part of the '
+                                   'method (--beta_global)'))
 def _embedded(v, **_):
   return embedded_momentum(v.beta_local, v.fedadc_variant == 'nesterov')
 
@@ -151,8 +159,6 @@ def _double_momentum(v):
   return double_momentum_optimizer(v.lr, v.phi, v.weight_decay, v.weight_decay_skip)
 
 
-# The servers FedADC's recipes choose (--server_optimizer does not offer them).
-SERVERS = ('fedadc', 'fedadc_dm')
 _JOURNAL = 'FedADC paper (journal), '
 algorithm('fedadc', Recipe(('fedadc',), server='fedadc', weighting='uniform',
                            weighting_source=_JOURNAL + 'Alg. 3 l.16',

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from fedjax_drift.algorithms.distill import kd_loss, logit_mse
 from fedjax_drift.algorithms.local import cross_entropy
-from fedjax_drift.algorithms.parts import Part
+from fedjax_drift.algorithms.parts import Part, PartNeeds
 from fedjax_drift import registry
 from fedjax_drift.errors import UserError
 from fedjax_drift.algorithms.recipes import Recipe, algorithm
@@ -145,9 +145,11 @@ def _ensemble(v, **_):
                                v.kd_tau2, v.gkd_buffer_start)
 
 
-# --vote_val_size is read where the server split is carved (study.py), not here.
+# --vote_val_size is read where the server split is carved (run_data.py, through
+# algorithms.server_validation), not here.
 @registry.registers('part', 'gkd_vote', 'per-model distillation weighted by server validation '
-                    '(FedGKD-Vote)', reads=('vote_lambda', 'vote_val_size') + _BUFFER)
+                    '(FedGKD-Vote)', reads=('vote_lambda', 'vote_val_size') + _BUFFER,
+                    info=PartNeeds(validation_size='vote_val_size'))
 def _vote(v, model, server_data, **_):
   if server_data is None:
     raise UserError('FedGKD-Vote needs a server validation split (--vote_val_size)')

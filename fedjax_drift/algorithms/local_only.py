@@ -63,6 +63,12 @@ def local_only(apply_fn, lr, local_optimizer, train_apply=None, clip_grad_norm=0
 
 
 # --- Registration -----------------------------------------------------------------------------
+def _build(v, model, optimizer, train_apply, **_):
+  """The method in place of the recipe's composed algorithm (algorithms.method_context)."""
+  return local_only(model.apply, v.lr, optimizer, train_apply, v.clip_grad_norm)
+
+
 algorithm(NAME, Recipe(weighting_source='none: nothing is aggregated', personal=True,
-                        summary='each client trains alone on its own data, no communication '
-                        '(needs --test_partition=like_train)'))
+                       federated=False,
+                       summary='each client trains alone on its own data, no communication '
+                       '(needs --test_partition=like_train)'), build=_build)

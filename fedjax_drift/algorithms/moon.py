@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_drift.algorithms.local import masked_mean
-from fedjax_drift.algorithms.parts import Part
+from fedjax_drift.algorithms.parts import Part, PartNeeds
 from fedjax_drift import registry
 from fedjax_drift.algorithms.recipes import Recipe, algorithm
 
@@ -59,7 +59,7 @@ def contrastive_term(mu, temperature, features_fn, local_features_fn=None):
 
 # --- Registration -----------------------------------------------------------------------------
 @registry.registers('part', 'moon', 'model-contrastive term on a projection head (MOON)',
-                    reads=('moon_mu', 'moon_temperature'))
+                    reads=('moon_mu', 'moon_temperature'), info=PartNeeds(projection=True))
 def _contrastive(v, model, **_):
   # BatchNorm models: the local z in training mode (batch statistics), the others frozen.
   train_z = (lambda p, x: model.train_features(p, x)[0]) if model.has_state else None

@@ -97,6 +97,22 @@ class Part(NamedTuple):
   aggregate_streams: bool = False
 
 
+class PartNeeds(NamedTuple):
+  """What a registered part asks of the rest of the run: a 'part' entry's info (None: nothing).
+  Generic code (algorithms.recipe, projection_dim, server_validation) reads these, never the
+  part's name."""
+  # The server entry the part needs ('' = any): the recipe's server, unless it is one of
+  # `servers`; --server_optimizer and --server_momentum are refused, naming `server_note`.
+  server: str = ''
+  servers: tuple = ()
+  server_note: str = ''
+  # The model gets a projection head before its output layer (MOON's contrastive term).
+  projection: bool = False
+  # The Config field that sizes the server validation split the part reads (server_data),
+  # carved from the training set before the clients' partition ('' = none).
+  validation_size: str = ''
+
+
 def tree_size(tree):
   return sum(int(x.size) for x in jax.tree.leaves(tree))
 

@@ -21,6 +21,7 @@ class Recipe(NamedTuple):
   local_optimizer: str = ''    # a registry 'local_optimizer' entry; '' = --local_optimizer
   personal: bool = False       # clients keep their own models (--eval_protocol=local tests them)
   step_knobs: tuple = ()       # its own flags that set how far a step moves (a divergence names them)
+  federated: bool = True       # False: no server or federated terms (composition is refused)
 
 
 MCMAHAN = 'McMahan et al. 2017, FedAvg: n_k/n'
