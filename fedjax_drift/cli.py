@@ -267,8 +267,10 @@ def _with_personal_split(flags, argv):
   so in one line. The test set is carved like each client's training labels; config.json
   records it, so --config and --resume run the same."""
   from fedjax_drift import evaluation, methods  # pylint: disable=g-import-not-at-top
+  from fedjax_drift.data import partitions  # pylint: disable=g-import-not-at-top
   if (_given('test_partition', argv) or flags.get('test_partition') != 'none'
-      or flags.get('eval_protocol') != 'auto' or flags.get('partition') == 'domains'):
+      or flags.get('eval_protocol') != 'auto'
+      or partitions.splits_test(flags.get('partition', ''))):
     return flags
   algos = methods.split_grid(flags.get('grid', ''))[0] or [flags['algo']]
   personal = [a for a in algos if a in evaluation.personal_algorithms()]

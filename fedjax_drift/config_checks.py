@@ -10,6 +10,7 @@ import math
 import os
 
 from fedjax_drift import registry
+from fedjax_drift.data import partitions
 from fedjax_drift.errors import UserError, did_you_mean
 
 
@@ -91,19 +92,23 @@ def partition(config):
 
 
 def personalization(config):
-  """--personalize and --algo=local_only need per-client test splits and a global model."""
+  """--personalize and an --algo without a server (local_only: its Recipe is not federated)
+  need per-client test splits and a global model."""
   if config.personalize == 'calibrate' and config.test_partition != 'like_train':
     raise UserError('--personalize=calibrate needs a per-client test split: add '
                     '--test_partition=like_train')
-  if config.algo == 'local_only' and not (config.test_partition == 'like_train'
-                                        or config.partition == 'domains'):
-    raise UserError('--algo=local_only tests each client\'s model on its own test split: add '
+  entry = registry.find('algorithm', config.algo)
+  if entry is None or entry.info.federated:
+    return
+  algo = f'--algo={config.algo}'
+  if not (config.test_partition == 'like_train' or partitions.splits_test(config.partition)):
+    raise UserError(f'{algo} tests each client\'s model on its own test split: add '
                     '--test_partition=like_train (or use --partition=domains)')
-  if config.algo == 'local_only' and config.personalize != 'none':
+  if config.personalize != 'none':
     raise UserError(f'--personalize={config.personalize} calibrates the global model, which '
-                    '--algo=local_only never trains; drop it')
-  if config.algo == 'local_only' and config.save_params:
-    raise UserError('--save_params writes the global model, which --algo=local_only never '
+                    f'{algo} never trains; drop it')
+  if config.save_params:
+    raise UserError(f'--save_params writes the global model, which {algo} never '
                     'trains (its clients\' models are in the checkpoints); drop it')
 
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from fedjax_drift import engine, registry
 from fedjax_drift.algorithms import fedbn
+from fedjax_drift.data import partitions
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
 
@@ -65,8 +66,9 @@ CLIENT_COLUMNS = ('client_mean_accuracy', 'client_std_accuracy', 'client_worst_a
 
 def keeps_norms_local(recipe) -> bool:
   """Whether an algorithm of `recipe` (algorithms.recipe's) keeps BatchNorm layers per client
-  (FedBN's part, alone or composed)."""
-  return 'fedbn' in recipe.parts
+  (a part whose PartNeeds say local_norms: FedBN's, alone or composed)."""
+  infos = [registry.get('part', p).info for p in recipe.parts]
+  return any(info is not None and info.local_norms for info in infos)
 
 
 def resolve(eval_protocol, algo, recipe, partition, test_partition) -> str:
@@ -74,11 +76,11 @@ def resolve(eval_protocol, algo, recipe, partition, test_partition) -> str:
   composition flags, is `recipe`) on --partition and --test_partition; refuses a protocol
   that cannot hold."""
   local = keeps_norms_local(recipe)
-  has_splits = partition == 'domains' or test_partition == 'like_train'
-  only_local = algo == 'local_only'
+  has_splits = partitions.splits_test(partition) or test_partition == 'like_train'
+  only_local = not recipe.federated  # no global model is trained (local_only)
   personal = recipe.personal
   if only_local and eval_protocol not in ('auto', 'local'):
-    raise UserError(f'--eval_protocol={eval_protocol}: --algo=local_only trains no '
+    raise UserError(f'--eval_protocol={eval_protocol}: --algo={algo} trains no '
                     'global model; its protocol is local (each client\'s own model)')
   if eval_protocol == 'local' and not personal:
     raise UserError('--eval_protocol=local tests the clients\' own models of a personalised '
@@ -456,7 +458,8 @@ def _make_local(study) -> Evaluator:
                                       jnp.arange(rows.shape[0]).reshape(-1, batch)))
     return loss.sum() / jnp.maximum(n, 1), correct.sum() / jnp.maximum(n, 1)
 
-  has_global = cfg.algo != 'local_only'  # local_only's params are never trained
+  # A recipe without a server (local_only) never trains its global params.
+  has_global = registry.get('algorithm', cfg.algo).info.federated
 
   def one_run(models, global_params, concept, index, count, x, y):
     y = exp.scenario.relabel(concept, y)

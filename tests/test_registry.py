@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import algorithms, applies, catalog, models, registry
+from fedjax_drift import algorithms, applies, catalog, evaluation, models, registry
 from fedjax_drift.algorithms.parts import PartNeeds
 from fedjax_drift.config import Config
 from fedjax_drift.data import partitions
@@ -173,7 +173,7 @@ def test_generic_code_reads_a_part_s_needs_not_its_name():
   split gets them with no edit elsewhere."""
   name = 'test_registry_needs'
   needs = PartNeeds(server='fedadc', servers=('fedadc_dm',), server_note='the probe\'s server',
-                    projection=True, validation_size='vote_val_size')
+                    projection=True, validation_size='vote_val_size', local_norms=True)
   registry.register('part', name, 'a probe with every need', reads=('prox_mu',), info=needs,
                     build=lambda v, **_: algorithms.fedprox.proximal_term(0.0 * v.prox_mu))
   try:
@@ -182,9 +182,23 @@ def test_generic_code_reads_a_part_s_needs_not_its_name():
     assert algorithms.projection_dim(config) == 8
     assert algorithms.server_validation(config) == 'vote_val_size'
     assert algorithms.server_validation(Config()) == '' and algorithms.projection_dim(Config()) == 0
+    assert evaluation.keeps_norms_local(algorithms.recipe(config))
+    assert not evaluation.keeps_norms_local(algorithms.recipe(Config()))
     server = registry.names('server', selectable=True)[0]
     with pytest.raises(fedjax_drift.UserError, match='do not combine with the probe\'s server'):
       algorithms.recipe(Config(local_terms=name, server_optimizer=server))
   finally:
     registry._ENTRIES['part'].pop(name)  # pylint: disable=protected-access
     registry._DECLARED.clear()  # pylint: disable=protected-access
+
+
+def test_a_partition_s_test_split_and_a_recipe_without_server_are_properties():
+  """evaluation, the flag checks and the CLI read PartitionInfo.splits_test and
+  Recipe.federated, not 'domains' or 'local_only' (issue 47 item 1)."""
+  assert partitions.splits_test('domains') and not partitions.splits_test('dirichlet')
+  assert not partitions.splits_test('no_such_partition')
+  assert [n for n, e in registry.entries('algorithm').items() if not e.info.federated] == [
+      'local_only']
+  with pytest.raises(fedjax_drift.UserError, match='--algo=local_only tests each client'):
+    Config(algo='local_only').validate()
+  Config(algo='local_only', partition='domains', dataset='digits5').validate()

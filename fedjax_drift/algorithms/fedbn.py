@@ -18,7 +18,7 @@ Norm layers are the leaves under 'batch_stats' and under modules whose name star
 import jax
 import jax.numpy as jnp
 
-from fedjax_drift.algorithms.parts import Part
+from fedjax_drift.algorithms.parts import Part, PartNeeds
 from fedjax_drift.errors import UserError
 from fedjax_drift.models import zoo
 from fedjax_drift import registry
@@ -68,7 +68,8 @@ def local_norms():
 
 
 # --- Registration -----------------------------------------------------------------------------
-@registry.registers('part', 'fedbn', 'normalisation layers stay local (FedBN)')
+@registry.registers('part', 'fedbn', 'normalisation layers stay local (FedBN)',
+                    info=PartNeeds(local_norms=True))
 def _local_norms(v, model, **_):
   del v
   check_has_norms(model)

@@ -111,6 +111,8 @@ class PartNeeds(NamedTuple):
   # The Config field that sizes the server validation split the part reads (server_data),
   # carved from the training set before the clients' partition ('' = none).
   validation_size: str = ''
+  # Each client keeps its own normalisation layers (FedBN): evaluation scores client models.
+  local_norms: bool = False
 
 
 def tree_size(tree):

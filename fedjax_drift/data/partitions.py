@@ -32,6 +32,8 @@ class PartitionInfo(NamedTuple):
   # check(values, dataset): a UserError naming the flag when the dataset lacks what the
   # partition reads (domain ids, a group column); run on the loaded dataset, before any run.
   check: Optional[Callable] = None
+  # Its build splits the test set too (domains): every client has a test split of its own.
+  splits_test: bool = False
 
 
 def iid(labels, num_clients, rng):
@@ -321,6 +323,13 @@ def check_dataset(config, dataset):
     entry.info.check(registry.Values(entry, config), dataset)
 
 
+def splits_test(name) -> bool:
+  """Whether --partition=name gives every client a test split of its own (False for a name
+  no entry matches: the flag checks refuse it)."""
+  entry = registry.find('partition', name)
+  return entry is not None and entry.info is not None and entry.info.splits_test
+
+
 def is_fixed(name) -> bool:
   """Whether --partition=name's parts are fixed indices into the whole training set."""
   info = registry.get('partition', name).info
@@ -530,7 +539,7 @@ _label_partition('feddf', 'FedDF\'s Dirichlet(--dirichlet_alpha) dealer (Lin et 
 registry.register('partition', 'domains', 'each domain\'s examples to its own clients (any '
                   'dataset with domain ids: digits5, domainnet, digits_domains, npz with '
                   'd_train/d_test); N >= domains', build=_domains,
-                  info=PartitionInfo(check=_has_domains))
+                  info=PartitionInfo(check=_has_domains, splits_test=True))
 registry.register('partition', 'file:', 'file:PATH, a JSON list of per-client index lists',
                   build=_file, prefix=True, info=PartitionInfo(fixed=True))
 registry.register('partition', 'natural', 'one client per id of the dataset\'s own group '
