@@ -14,11 +14,10 @@ loop time (summary.json: train_time_s, or wall_time_s in checkouts that predate 
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
+
+import interleave
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PER_EVAL = ('import sys, runpy; sys.path.insert(0, {root!r}); '
@@ -37,18 +36,10 @@ def command(variant, baseline_repo):
 
 
 def one(variant, args, out):
-  t = time.perf_counter()
+  """One process of `variant` (interleave.timed_run)."""
   cold = [] if variant == 'baseline' else ['--compile_cache=off']  # every rep compiles
-  proc = subprocess.run(command(variant, args.baseline_repo) + [
-      f'--rounds={args.rounds}', f'--out={out}', '--progress=false'] + cold,
-                        capture_output=True, text=True)
-  wall = time.perf_counter() - t
-  if proc.returncode:
-    raise SystemExit(f'{variant} failed: {proc.stderr[-2000:]}')
-  with open(os.path.join(out, 'summary.json')) as f:
-    summary = json.load(f)
-  return {'process_s': wall, 'loop_s': summary.get('train_time_s', summary['wall_time_s']),
-          'final_accuracy': summary['final_accuracy']}
+  return interleave.timed_run(command(variant, args.baseline_repo) + cold, variant, out,
+                              args.rounds)
 
 
 def main():
@@ -60,17 +51,11 @@ def main():
   args = parser.parse_args()
   variants = (args.variants.split(',') if args.variants else
               ['new', 'new-per-eval'] + (['baseline'] if args.baseline_repo else []))
-  results = {v: [] for v in variants}
   with tempfile.TemporaryDirectory() as tmp:
-    for rep in range(args.reps):
-      for v in variants:
-        results[v].append(one(v, args, os.path.join(tmp, f'{v}-{rep}')))
-        print(v, rep, results[v][-1], flush=True)
-  for v, rows in results.items():
-    for key in ('process_s', 'loop_s'):
-      values = [r[key] for r in rows]
-      print(f'{v:>13} {key}: median {statistics.median(values):.1f}s '
-            f'(range {min(values):.1f}-{max(values):.1f}) over {len(values)}')
+    results = interleave.repeat(
+        variants, args.reps, lambda v, rep: one(v, args, os.path.join(tmp, f'{v}-{rep}')),
+        lambda v, rep, r: print(v, rep, r, flush=True))
+  interleave.print_medians(results, ('process_s', 'loop_s'))
   print(json.dumps(results))
 
 

@@ -30,7 +30,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+import interleave
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,17 +49,7 @@ def one(variant, args, out):
   env = dict(os.environ)
   if variant == 'before':  # its own package, not this checkout's editable install
     env['PYTHONPATH'] = args.baseline_repo + os.pathsep + env.get('PYTHONPATH', '')
-  t = time.perf_counter()
-  proc = subprocess.run(command(variant, args) + [f'--rounds={args.rounds}', f'--out={out}',
-                                                  '--progress=false'],
-                        capture_output=True, text=True, env=env)
-  wall = time.perf_counter() - t
-  if proc.returncode:
-    raise SystemExit(f'{variant} failed: {proc.stderr[-2000:]}')
-  with open(os.path.join(out, 'summary.json')) as f:
-    summary = json.load(f)
-  return {'process_s': wall, 'loop_s': summary.get('train_time_s', summary['wall_time_s']),
-          'final_accuracy': summary['final_accuracy']}
+  return interleave.timed_run(command(variant, args), variant, out, args.rounds, env)
 
 
 LOWER = '''
@@ -110,17 +101,11 @@ def main():
     print(f'before {before}\nafter  {after}\nsame program: {before == after}')
     return
   variants = ['before', 'after'] + (['on'] if args.with_on else [])
-  results = {v: [] for v in variants}
   with tempfile.TemporaryDirectory() as tmp:
-    for rep in range(args.reps):
-      for v in variants:
-        results[v].append(one(v, args, os.path.join(tmp, f'{v}-{rep}')))
-        print(v, rep, results[v][-1], flush=True)
-  for v, rows in results.items():
-    for key in ('loop_s', 'process_s'):
-      values = [r[key] for r in rows]
-      print(f'{v:>6} {key}: median {statistics.median(values):.2f}s '
-            f'(range {min(values):.2f}-{max(values):.2f}) over {len(values)}')
+    results = interleave.repeat(
+        variants, args.reps, lambda v, rep: one(v, args, os.path.join(tmp, f'{v}-{rep}')),
+        lambda v, rep, r: print(v, rep, r, flush=True))
+  interleave.print_medians(results, ('loop_s', 'process_s'), digits=2, width=6)
   for v in variants[1:]:
     ratios = [a['loop_s'] / b['loop_s'] for a, b in zip(results[v], results['before'])]
     print(f'{v}/before loop time, paired by repetition: median {statistics.median(ratios):.3f} '

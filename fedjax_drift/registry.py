@@ -20,7 +20,7 @@ Values (the context) and returns. INTERNAL as info: a choice a recipe makes, not
   optimizer, clip, train_apply) -> the FederatedAlgorithm in place of the recipe's composed
   `algo` (algorithms.method_context says what each is).
 - part: info a parts.PartNeeds (a server of its own, a projection head, a server validation
-  split), None for none. build(values, model, server_data, parts, weighting) -> a parts.Part.
+  split, local normalisation layers), None for none. build(values, model, server_data, parts, weighting) -> a parts.Part.
 - aggregator: info None. build(values, model, server_data, parts, weighting) -> a Part with an
   `aggregate` hook, or None for compose's own weighted mean.
 - server, local_optimizer: info None or INTERNAL. build(values) -> an optax
@@ -30,7 +30,7 @@ Values (the context) and returns. INTERNAL as info: a choice a recipe makes, not
 - init: info (scheme, after_init), read by models.get; no build.
 - dataset: info a data/common.DatasetInfo (its loader, files, model, classes...); no build.
 - partition: info a data/partitions.PartitionInfo (a label partition's function, fixed
-  indices, a check of the dataset). build(values, dataset, keep) -> (train parts as indices into
+  indices, a check of the dataset, whether it splits the test set). build(values, dataset, keep) -> (train parts as indices into
   the whole training set, test parts or None); keep: the examples clients may hold.
 - scenario: info None. build(values, num_classes, y_train) -> a data/scenarios.Scenario.
 - lr_schedule: info None. build(values) -> an optax schedule, or None for a constant rate.
