@@ -1,6 +1,6 @@
 """Bounds: the values a numeric Config field accepts, and the words its error says.
 
-A field declares them in its metadata (config._f(..., bounds=...)); Config.validate() checks
+A field declares them in its metadata (core_flags._f(..., bounds=...)); Config.validate() checks
 every field against its own, so the rule and its message are written once, beside the flag.
 The named kinds below are the rules most fields share; a field whose words differ derives its
 own with .but(hint=..., wording=..., allow=...).

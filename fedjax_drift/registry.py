@@ -20,7 +20,8 @@ Values (the context) and returns. INTERNAL as info: a choice a recipe makes, not
   optimizer, clip, train_apply) -> the FederatedAlgorithm in place of the recipe's composed
   `algo` (algorithms.method_context says what each is).
 - part: info a parts.PartNeeds (a server of its own, a projection head, a server validation
-  split, local normalisation layers), None for none. build(values, model, server_data, parts, weighting) -> a parts.Part.
+  split, local normalisation layers), None for none. build(values, model, server_data, parts,
+  weighting) -> a parts.Part.
 - aggregator: info None. build(values, model, server_data, parts, weighting) -> a Part with an
   `aggregate` hook, or None for compose's own weighted mean.
 - server, local_optimizer: info None or INTERNAL. build(values) -> an optax
@@ -30,8 +31,9 @@ Values (the context) and returns. INTERNAL as info: a choice a recipe makes, not
 - init: info (scheme, after_init), read by models.get; no build.
 - dataset: info a data/common.DatasetInfo (its loader, files, model, classes...); no build.
 - partition: info a data/partitions.PartitionInfo (a label partition's function, fixed
-  indices, a check of the dataset, whether it splits the test set). build(values, dataset, keep) -> (train parts as indices into
-  the whole training set, test parts or None); keep: the examples clients may hold.
+  indices, a check of the dataset, whether it splits the test set). build(values, dataset,
+  keep) -> (train parts as indices into the whole training set, test parts or None); keep: the
+  examples clients may hold.
 - scenario: info None. build(values, num_classes, y_train) -> a data/scenarios.Scenario.
 - lr_schedule: info None. build(values) -> an optax schedule, or None for a constant rate.
 - augment, personalize, personalize_term: pure data (a name and its reads); no build.
@@ -245,7 +247,7 @@ def load_package():
 
 
 class Flag(NamedTuple):
-  """A plugin's setting: what config._f takes for a core field; its type is the default's."""
+  """A plugin's setting: what core_flags._f takes for a core field; its type is the default's."""
   name: str
   default: Any
   help: str
@@ -270,7 +272,7 @@ def flag(name, default, help_text, choices=None, group='algorithm', *, bounds=No
   """Declares a plugin's setting --name, a new Config field; returns its name.
 
   default: its value when not given (a bool, int, float or str: the flag's type). help_text,
-  choices, group, bounds, gridable: as for a core field (config._f). The entry that reads it
+  choices, group, bounds, gridable: as for a core field (core_flags._f). The entry that reads it
   declares it in `reads`. A name a core field or an earlier flag has is a ValueError."""
   if not name.isidentifier():
     raise ValueError(f'flag {name!r} is not a Python identifier')
