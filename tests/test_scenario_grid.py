@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -15,6 +16,7 @@ from fedjax_drift import config as config_lib
 from fedjax_drift.errors import UserError
 from helpers import QUIET, csv_rows, sweep_config
 from test_cli import RUN, cli
+from test_distributed import ROOT, _free_port
 
 COLUMNS = ('test_loss', 'test_accuracy')
 
@@ -130,3 +132,63 @@ def test_kill_9_mid_scenario_sweep_then_resume_is_bit_identical(tiny_npz, tmp_pa
   a, b = np.load(tmp_path / 'a.npz'), np.load(tmp_path / 'b.npz')
   for name in a.files:
     np.testing.assert_array_equal(a[name], b[name])
+
+
+# A scenario sweep (alpha x E x 2 seeds) on two devices and over two processes, each against
+# the same sweep on one device in one process (as tests/test_devices.py and test_algo_grid.py
+# check the seeds' sweep).
+SCENARIO_GRID = 'dirichlet_alpha:0.3,1;local_epochs:1,2'
+SCRIPT = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
+    import fedjax_drift
+    from helpers import sweep_config
+    what, out = sys.argv[1], sys.argv[2]
+    if what == 'devices':
+      fedjax_drift.run(sweep_config({npz!r}, out, seeds=2, grid={grid!r}, clients_per_round=2,
+                                    devices=2, client_parallelism='vmap'), log=lambda *_: None)
+    else:
+      pid, port = sys.argv[3:]
+      fedjax_drift.run(sweep_config({npz!r}, out, seeds=2, grid={grid!r}, clients_per_round=2,
+                                    coordinator_address='localhost:' + port, num_processes=2,
+                                    process_id=int(pid)), log=lambda *_: None)
+    print('OK')
+''')
+
+
+def _losses(path):
+  return [float(r['test_loss']) for r in csv_rows(path)]
+
+
+@pytest.mark.slow  # subprocesses: two forced host devices, then two processes on localhost
+def test_two_devices_and_two_processes_equal_one(tiny_npz, tmp_path):
+  code = SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, 'tests'), npz=tiny_npz,
+                       grid=SCENARIO_GRID)
+  fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'one', seeds=2, grid=SCENARIO_GRID,
+                                clients_per_round=2, client_parallelism='vmap'), **QUIET)
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+  done = subprocess.run([sys.executable, '-c', code, 'devices', str(tmp_path / 'two-dev')],
+                        capture_output=True, text=True, env=env, timeout=900)
+  assert done.returncode == 0 and 'OK' in done.stdout, done.stderr[-3000:]
+  np.testing.assert_allclose(_losses(tmp_path / 'two-dev' / 'metrics.csv'),
+                             _losses(tmp_path / 'one' / 'metrics.csv'), rtol=1e-4, atol=1e-5)
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env.pop('XLA_FLAGS', None)
+  port = str(_free_port())
+  procs = [subprocess.Popen([sys.executable, '-c', code, 'processes', str(tmp_path / 'two-proc'),
+                             str(i), port], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env) for i in range(2)]
+  try:
+    outputs = [p.communicate(timeout=900) for p in procs]
+  finally:
+    for p in procs:  # only ours, by handle
+      if p.poll() is None:
+        p.kill()
+        p.communicate()
+  for i, (p, (stdout, stderr)) in enumerate(zip(procs, outputs)):
+    assert p.returncode == 0 and 'OK' in stdout, f'process {i}:\n{stderr[-3000:]}'
+  alone = fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'one-seq', seeds=2,
+                                        grid=SCENARIO_GRID, clients_per_round=2), **QUIET)
+  assert alone['num_runs'] == 8
+  np.testing.assert_allclose(_losses(tmp_path / 'two-proc' / 'metrics.csv'),
+                             _losses(tmp_path / 'one-seq' / 'metrics.csv'), rtol=1e-4, atol=1e-5)
