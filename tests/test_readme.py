@@ -104,9 +104,21 @@ COMMANDS = readme_commands()
 # Pages whose Python a test of their own runs whole, unshrunk, as one program (running it
 # here too, shrunk, repeated that run: 19 s of the slow command).
 OWN_TEST = {'docs/new_method.md': 'tests/test_new_method.py'}
+# Commands for a lent GPU (a call that refuses a CPU by design): their own test runs the
+# same script at tiny sizes on the CPU.
+DEVICE_ONLY = {'benchmarks/gpu_check.py': 'tests/test_gpu_check.py'}
 RUNNABLE = [c for c in COMMANDS
             if (c[1] == 'python' and c[0] not in OWN_TEST) or
-            c[1] == 'shell' and c[2][0] not in ('pip',) and c[2][1:3] != ['-m', 'pytest']]
+            c[1] == 'shell' and c[2][0] not in ('pip',) and c[2][1:3] != ['-m', 'pytest']
+            and not set(c[2]) & set(DEVICE_ONLY)]
+
+
+def test_device_only_commands_have_their_own_test():
+  """A device-only script shown on a page is run, --tiny on the CPU, by its own test."""
+  shown = {a for c in COMMANDS if c[1] == 'shell' for a in c[2]}
+  for script, test in DEVICE_ONLY.items():
+    assert script in shown, f'{script} is no longer on any page: drop it from DEVICE_ONLY'
+    assert '--tiny' in _read(test) and script in _read(test)
 
 
 @pytest.fixture(scope='module')
