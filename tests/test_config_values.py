@@ -13,7 +13,11 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # The modules that may take the Config whole (paths relative to the package).
 ORCHESTRATORS = ('study.py', 'simulation.py', 'methods.py', 'algorithms/__init__.py',
                  'applies.py', 'config_checks.py', 'registry.py', 'preflight.py',
-                 'distributed.py')
+                 'distributed.py',
+                 'outputs.py', 'run_data.py',  # simulation's and study's set-up, split off
+                 # the partitions' registry dispatch (client_parts, check_dataset): it hands
+                 # each entry its registry.Values, as registry.build does for the other kinds
+                 'data/partitions.py')
 CONFIG_NAMES = ('config', 'cfg')
 
 
