@@ -13,7 +13,7 @@ import fedjax_drift
 from fedjax_drift import methods, results
 from fedjax_drift.errors import UserError
 from helpers import tiny_config
-from test_distributed import ROOT, _free_port
+from test_distributed import ROOT, launch_two
 
 QUIET = dict(log=lambda *_: None)
 
@@ -161,21 +161,12 @@ def test_two_processes_equal_one(tiny_npz, unequal_partition, tmp_path):
   method's results equal those of one process."""
   code = SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, 'tests'), npz=tiny_npz,
                        parts=unequal_partition)
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
-  env.pop('XLA_FLAGS', None)
-  port, out = str(_free_port()), str(tmp_path / 'two')
-  procs = [subprocess.Popen([sys.executable, '-c', code, str(i), port, out],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-           for i in range(2)]
-  try:
-    outputs = [p.communicate(timeout=900) for p in procs]
-  finally:
-    for p in procs:  # only ours, by handle
-      if p.poll() is None:
-        p.kill()
-        p.communicate()
-  for i, (p, (stdout, stderr)) in enumerate(zip(procs, outputs)):
-    assert p.returncode == 0 and f'OK {i}' in stdout, f'process {i}:\n{stderr[-3000:]}'
+  out = str(tmp_path / 'two')
+  done = launch_two(lambda i, port: [sys.executable, '-c', code, str(i), port, out],
+                    timeout=900)
+  for i, (returncode, stdout, stderr) in enumerate(done):
+    assert returncode == 0 and f'OK {i}' in stdout, f'process {i}:\n{stderr[-3000:]}'
+  outputs = [(stdout, stderr) for _, stdout, stderr in done]
   assert 'methods table' in outputs[0][0] and 'methods table' not in outputs[1][0]
   fedjax_drift.run(tiny_config(tiny_npz, unequal_partition,
                                grid='algo:fedavg,scaffold;lr:0.1,0.05', model='mlp',

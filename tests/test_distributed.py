@@ -59,25 +59,31 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def _launch(tiny_npz, parts, out, algo, rounds, mode='run'):
-  """Runs SCRIPT as process 0 and 1; returns [(returncode, stdout, stderr)] of each."""
-  code = SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, 'tests'), npz=tiny_npz, parts=parts)
+def launch_two(argv, timeout=600):
+  """Runs argv(process_id, port) as processes 0 and 1 on one free localhost port, one CPU
+  device each; returns [(returncode, stdout, stderr)] of each (killing only ours if stuck)."""
   port = str(_free_port())
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   env.pop('XLA_FLAGS', None)  # one CPU device per process
-  procs = [subprocess.Popen([sys.executable, '-c', code, str(i), port, str(out), algo,
-                             str(rounds), mode], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]
+  procs = [subprocess.Popen(argv(i, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env) for i in range(2)]
   results = []
   try:
     for p in procs:
-      results.append(p.communicate(timeout=600))
+      results.append(p.communicate(timeout=timeout))
   finally:
     for p in procs:  # only ours, by handle
       if p.poll() is None:
         p.kill()
         p.communicate()
   return [(p.returncode,) + r for p, r in zip(procs, results)]
+
+
+def _launch(tiny_npz, parts, out, algo, rounds, mode='run'):
+  """Runs SCRIPT as process 0 and 1; returns [(returncode, stdout, stderr)] of each."""
+  code = SCRIPT.format(root=ROOT, tests=os.path.join(ROOT, 'tests'), npz=tiny_npz, parts=parts)
+  return launch_two(lambda i, port: [sys.executable, '-c', code, str(i), port, str(out), algo,
+                                     str(rounds), mode])
 
 
 def _two_processes(tiny_npz, parts, out, algo, rounds, mode='run'):

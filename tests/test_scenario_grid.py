@@ -16,7 +16,7 @@ from fedjax_drift import config as config_lib
 from fedjax_drift.errors import UserError
 from helpers import QUIET, csv_rows, sweep_config
 from test_cli import RUN, cli
-from test_distributed import ROOT, _free_port
+from test_distributed import ROOT, launch_two
 
 COLUMNS = ('test_loss', 'test_accuracy')
 
@@ -172,21 +172,10 @@ def test_two_devices_and_two_processes_equal_one(tiny_npz, tmp_path):
   assert done.returncode == 0 and 'OK' in done.stdout, done.stderr[-3000:]
   np.testing.assert_allclose(_losses(tmp_path / 'two-dev' / 'metrics.csv'),
                              _losses(tmp_path / 'one' / 'metrics.csv'), rtol=1e-4, atol=1e-5)
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
-  env.pop('XLA_FLAGS', None)
-  port = str(_free_port())
-  procs = [subprocess.Popen([sys.executable, '-c', code, 'processes', str(tmp_path / 'two-proc'),
-                             str(i), port], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env) for i in range(2)]
-  try:
-    outputs = [p.communicate(timeout=900) for p in procs]
-  finally:
-    for p in procs:  # only ours, by handle
-      if p.poll() is None:
-        p.kill()
-        p.communicate()
-  for i, (p, (stdout, stderr)) in enumerate(zip(procs, outputs)):
-    assert p.returncode == 0 and 'OK' in stdout, f'process {i}:\n{stderr[-3000:]}'
+  done = launch_two(lambda i, port: [sys.executable, '-c', code, 'processes',
+                                     str(tmp_path / 'two-proc'), str(i), port], timeout=900)
+  for i, (returncode, stdout, stderr) in enumerate(done):
+    assert returncode == 0 and 'OK' in stdout, f'process {i}:\n{stderr[-3000:]}'
   alone = fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'one-seq', seeds=2,
                                         grid=SCENARIO_GRID, clients_per_round=2), **QUIET)
   assert alone['num_runs'] == 8
