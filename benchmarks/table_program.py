@@ -1,0 +1,97 @@
+"""A paper's table as one program per method against the same table program by program.
+
+    python benchmarks/table_program.py                          # fedfor_epochs' cpu tier
+    python benchmarks/table_program.py --preset=all --rounds=1 --seeds=1 --reps=1 --jobs=2
+
+Runs `experiments/presets.py PRESET --mode=cpu` twice per repetition, interleaved (grouped,
+apart, grouped, apart ...): 'grouped' runs a method's scenarios that differ only in scenario
+axes (E, alpha, shards, cohort size) as one sweep with those values as --grid axes (issue 46,
+experiments/presetlib/grouping.py); 'apart' adds --no_group, one program per scenario and
+method, as every commit before the grouping ran them. Each repetition starts from an empty
+--out and a cold XLA cache of its own (JAX_COMPILATION_CACHE_DIR unset), so both pay their
+compilation. Records each variant's wall time, its results.json program count, and whether
+its tables equal the other's cell for cell (results.json rows but the run directories, and
+table.md). Writes benchmarks/results/table-program-<preset>-<date>.json (or --out).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import interleave
+
+ROOT = interleave.ROOT
+VARIANTS = {'grouped': [], 'apart': ['--no_group']}
+
+
+def _rows(out):
+  """results.json's scenario rows without the run directories (they name --out)."""
+  with open(os.path.join(out, 'results.json')) as f:
+    results = json.load(f)
+  rows = {s: [{k: ({c: v for c, v in val.items() if c != 'out'} if k == 'config' else val)
+               for k, val in r.items()} for r in rs] for s, rs in results['scenarios'].items()}
+  return results['programs'], rows
+
+
+def one(args, variant, workdir):
+  """One presets.py command of `variant` into a fresh directory: {'wall_s', 'programs',
+  'rows', 'table'}. SystemExit with the stderr's tail when it fails."""
+  out = os.path.join(workdir, variant)
+  shutil.rmtree(out, ignore_errors=True)
+  command = [sys.executable, os.path.join(ROOT, 'experiments', 'presets.py'), args.preset,
+             '--mode=cpu', f'--out={out}', f'--jobs={args.jobs}'] + VARIANTS[variant]
+  command += [f'--{k}={v}' for k in ('rounds', 'seeds', 'only') if (v := getattr(args, k))]
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
+  start = time.perf_counter()
+  proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
+  wall = time.perf_counter() - start
+  if proc.returncode:
+    raise SystemExit(f'{variant} failed ({proc.returncode}): {proc.stderr[-2000:]}')
+  programs, rows = _rows(out)
+  with open(os.path.join(out, 'table.md')) as f:
+    table = f.read()
+  return {'wall_s': wall, 'programs': programs, 'rows': rows, 'table': table}
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--preset', default='fedfor_epochs', help="a preset's name, or all")
+  parser.add_argument('--rounds', type=int, default=0, help='override the rounds (0: the tier)')
+  parser.add_argument('--seeds', type=int, default=0, help='override the seeds (0: the tier)')
+  parser.add_argument('--only', default='', help="presets.py's --only: method labels")
+  parser.add_argument('--jobs', type=int, default=1, help="presets.py's --jobs")
+  interleave.add_flags(parser, reps=2, result='table-program-<preset>')
+  args = parser.parse_args(argv)
+  workdir = tempfile.mkdtemp(prefix='table-program-')
+  log = lambda v, r, res: print(f'rep {r} {v}: {res["wall_s"]:.0f} s, {res["programs"]} '
+                                'programs', flush=True)
+  try:
+    reps = interleave.repeat(list(VARIANTS), args.reps,
+                             lambda v, _: one(args, v, workdir), log)
+  finally:
+    shutil.rmtree(workdir, ignore_errors=True)
+  same = all(g['rows'] == a['rows'] and g['table'] == a['table']
+             for g, a in zip(reps['grouped'], reps['apart']))
+  result = {'preset': args.preset, 'mode': 'cpu', 'only': args.only or 'every method', 'rounds': args.rounds or 'the tier',
+            'seeds': args.seeds or 'the tier', 'jobs': args.jobs,
+            'commit': interleave.commit(ROOT), 'load_at_start': os.getloadavg()[0],
+            'same_tables': same,
+            **{v: {'programs': rs[0]['programs'], 'wall_s': [r['wall_s'] for r in rs],
+                   'median_s': statistics.median(r['wall_s'] for r in rs)}
+               for v, rs in reps.items()}}
+  result['speedup'] = result['apart']['median_s'] / result['grouped']['median_s']
+  for v in VARIANTS:
+    print(f'{v:>8}: {result[v]["programs"]} programs, median {result[v]["median_s"]:.0f} s '
+          f'(runs {", ".join(f"{s:.0f}" for s in result[v]["wall_s"])})')
+  print(f'apart / grouped: {result["speedup"]:.2f}x; tables the same cell for cell: {same}')
+  name = f'table-program-{args.preset}'
+  print(interleave.write(args, name, result))
+
+
+if __name__ == '__main__':
+  main()
