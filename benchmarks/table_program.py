@@ -8,8 +8,9 @@ apart, grouped, apart ...): 'grouped' runs a method's scenarios that differ only
 axes (E, alpha, shards, cohort size) as one sweep with those values as --grid axes (issue 46,
 experiments/presetlib/grouping.py); 'apart' adds --no_group, one program per scenario and
 method, as every commit before the grouping ran them. Each repetition starts from an empty
---out and a cold XLA cache of its own (JAX_COMPILATION_CACHE_DIR unset), so both pay their
-compilation. Records each variant's wall time, its results.json program count, and whether
+--out and an empty tool cache of its own ($FEDJAX_DRIFT_CACHE, the user's oneDNN build linked
+in; $JAX_COMPILATION_CACHE_DIR unset): a user's first run, each command compiling its own
+programs. Records each variant's wall time, its results.json program count, and whether
 its tables equal the other's cell for cell (results.json rows but the run directories, and
 table.md). Writes benchmarks/results/table-program-<preset>-<date>.json (or --out).
 """
@@ -38,6 +39,18 @@ def _rows(out):
   return results['programs'], rows
 
 
+def _fresh_cache(path):
+  """An empty tool cache at `path` (a user's first run: every program compiles, and each
+  command shares its own compilations), keeping the built oneDNN extension of the user's."""
+  shutil.rmtree(path, ignore_errors=True)
+  os.makedirs(path)
+  built = os.path.join(os.environ.get('FEDJAX_DRIFT_CACHE')
+                       or os.path.expanduser('~/.cache/fedjax_drift'), 'onednn')
+  if os.path.isdir(built):
+    os.symlink(built, os.path.join(path, 'onednn'))
+  return path
+
+
 def one(args, variant, workdir):
   """One presets.py command of `variant` into a fresh directory: {'wall_s', 'programs',
   'rows', 'table'}. SystemExit with the stderr's tail when it fails."""
@@ -47,6 +60,7 @@ def one(args, variant, workdir):
              '--mode=cpu', f'--out={out}', f'--jobs={args.jobs}'] + VARIANTS[variant]
   command += [f'--{k}={v}' for k in ('rounds', 'seeds', 'only') if (v := getattr(args, k))]
   env = {k: v for k, v in os.environ.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
+  env['FEDJAX_DRIFT_CACHE'] = _fresh_cache(os.path.join(workdir, f'{variant}-cache'))
   start = time.perf_counter()
   proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
   wall = time.perf_counter() - start
