@@ -3,10 +3,7 @@
 A run whose setting this build lacks (a flag not in Config, a dataset, model or algorithm not
 registered) is pending: listed with what it needs, never run, live by itself when it lands.
 """
-import dataclasses
-
 import fedjax_drift
-from fedjax_drift import algorithms
 from fedjax_drift import registry
 from fedjax_drift.data import sources
 from fedjax_drift.models import zoo
@@ -34,7 +31,7 @@ def _dataset_known(name):
 
 def missing(values):
   """What this build lacks to run `values` (empty when it can): one short phrase each."""
-  fields = {f.name: f for f in dataclasses.fields(fedjax_drift.Config)}
+  fields = {f.name: f for f in fedjax_drift.config.fields()}  # registry.flag's too
   out = []
   for k, val in values.items():
     if k not in fields:
@@ -51,7 +48,7 @@ def missing(values):
     out.append(f'dataset {values["dataset"]}')
   if values.get('model', 'mlp') not in zoo.models():
     out.append(f'model {values["model"]}')
-  if values['algo'] not in algorithms.NAMES:
+  if registry.find('algorithm', values['algo']) is None:
     out.append(f'algorithm {values["algo"]}')
   return out
 
@@ -89,7 +86,7 @@ def plan(name, mode, only=None, rounds=None, seeds=None, replace=None):
 
 def to_config(values, grid, seeds):
   """A validated Config; pipeline values equal to TODAY's behaviour drop out if unknown."""
-  fields = {f.name for f in dataclasses.fields(fedjax_drift.Config)}
+  fields = fedjax_drift.config.field_names()
   kept = {k: val for k, val in values.items() if k in fields}
   return fedjax_drift.Config(**kept, seeds=seeds, grid=_grid_text(grid)).validate()
 
