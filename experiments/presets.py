@@ -22,7 +22,7 @@ subset with a small model, at most CPU_ROUNDS rounds and CPU_SEEDS seeds; preset
 multi-domain data are left out of it in one line (CPU_LEFT_OUT).
 
 A setting that this build lacks (a flag not in Config, a dataset not in sources.datasets(), a
-model not in models.zoo.models(), an algorithm not in algorithms.NAMES) leaves that run
+model not in models.zoo.models(), an algorithm not in algorithms.names()) leaves that run
 *pending*: it is listed with what it needs and refused in one line, and becomes live by itself
 when the piece lands. A pipeline flag set to the value the code behaves as without it (for
 example --augment=none) is not a missing piece (TODAY below).

@@ -72,7 +72,6 @@ registry.register('lr_schedule', 'cosine', 'from eta down to eta * --lr_min over
                   reads=('lr_min',),
                   build=lambda v: optax.cosine_decay_schedule(v.lr, max(v.rounds, 1),
                                                               alpha=v.lr_min))
-NAMES = registry.names('lr_schedule')
 
 
 def lr_at(schedule, lr, round_index):

@@ -533,8 +533,9 @@ def test_paper_weighting(algo, expected):
 
 
 def test_every_recipe_states_its_weighting_source():
-  assert set(fedjax_drift.algorithms.RECIPES) == set(fedjax_drift.algorithms.NAMES)
-  for name, recipe in fedjax_drift.algorithms.RECIPES.items():
+  recipes = fedjax_drift.algorithms.recipes.registered()
+  assert tuple(recipes) == fedjax_drift.algorithms.names()
+  for name, recipe in recipes.items():
     assert recipe.weighting_source, name
 
 

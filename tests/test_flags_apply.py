@@ -4,7 +4,6 @@ The check is derived from fedjax_drift/applies.py's tables (each part, server op
 optimizer and choice declares the Config fields it reads): an unread --grid axis is refused,
 an unread single-run flag set away from its default gets one warning line naming it.
 """
-import dataclasses
 import os
 import subprocess
 import sys
@@ -80,11 +79,10 @@ def test_single_run_flags_nothing_reads_are_warned(kw, named):
 
 
 def test_every_declared_field_is_a_config_field_and_every_recipe_resolves():
-  names = {f.name for f in dataclasses.fields(Config)}
+  names = config_lib.field_names()  # the core flags and those modules declare (registry.flag)
   assert applies.declared() <= names
-  assert set(algorithms.LOCAL_TERMS) == set(registry.names('part'))
-  assert set(algorithms.SERVER_OPTIMIZERS) | {'fedadc'} <= set(registry.names('server'))
-  for algo in algorithms.NAMES:  # each algorithm reads its own hyperparameters
+  assert 'fedadc' in set(registry.names('server')) - set(registry.names('server', selectable=True))
+  for algo in algorithms.names():  # each algorithm reads its own hyperparameters
     reads = applies.reads(Config(algo=algo))
     assert reads <= names, algo
   assert 'beta' in applies.reads(Config(algo='slowmo'))
@@ -93,7 +91,9 @@ def test_every_declared_field_is_a_config_field_and_every_recipe_resolves():
 
 
 def test_every_gridable_hyperparameter_is_read_by_some_algorithm():
-  read_somewhere = set().union(*(applies.reads(Config(algo=a)) for a in algorithms.NAMES),
+  read_somewhere = set().union(*(applies.reads(Config(algo=a)) for a in algorithms.names()),
+                               *(applies.reads(Config(local_terms=p))
+                                 for p in registry.names('part')),
                                applies.reads(Config(local_optimizer='sgd')),
                                *(applies.reads(Config(lr_schedule=s))
                                  for s in ('step', 'cosine')),
@@ -145,7 +145,7 @@ def test_readme_algorithm_table_flags_are_read_by_their_algorithms():
   checked = 0
   for line in table.splitlines()[2:]:
     cells = line.split(' | ')
-    names = [n for n in re.findall(r'`(\w+)`', cells[0]) if n in algorithms.RECIPES]
+    names = [n for n in re.findall(r'`(\w+)`', cells[0]) if n in algorithms.names()]
     flags = [f for f in re.findall(r'--(\w+)', cells[2]) if f in applies.declared()]
     for flag in flags:
       assert any(flag in applies.reads(Config(algo=n)) for n in names), (names, flag)
@@ -174,7 +174,7 @@ def test_no_preset_grid_is_refused():
   for name in presets.PRESETS:
     for mode in ('short', 'full'):
       for _, _, values, grid, seeds, pending in presets.plan(name, mode):
-        if values.get('algo') not in algorithms.RECIPES or pending:  # pending: no data or method
+        if values.get('algo') not in algorithms.names() or pending:  # pending: no data or method
           continue
         c = presets.to_config(values, grid, seeds)
         applies.check_grid(c, parse_grid(c.grid))

@@ -14,7 +14,7 @@ QUIET = dict(log=lambda *_: None)
 VOCAB, L = 50, 16
 # FedGKD Table 4's methods; FedGen when it is registered.
 TABLE4 = ['fedavg', 'fedprox', 'moon', 'fedgkd', 'fedgkd_vote', 'fedgkd_plus', 'feddistill_plus'
-          ] + [a for a in ('fedgen',) if a in algorithms.RECIPES]
+          ] + [a for a in ('fedgen',) if a in algorithms.names()]
 
 
 def _split(rng, n):

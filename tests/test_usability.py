@@ -34,7 +34,7 @@ def test_help_groups_flags_and_lists_values():
   positions = [text.index(f'\n{g} flags:') for g in core_flags.GROUPS]
   assert positions == sorted(positions)
   assert 'other flags:' not in text
-  for name in list(algorithms.RECIPES) + list(zoo.models()) + ['tfds:NAME', 'dirichlet_client',
+  for name in list(algorithms.names()) + list(zoo.models()) + ['tfds:NAME', 'dirichlet_client',
                                                           'concept_shift']:
     assert name in text, name
   assert '90%' in text  # a % in a help string is printed, not a crash

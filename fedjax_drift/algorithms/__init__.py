@@ -6,9 +6,11 @@ server optimizer, and the paper's aggregation weighting (used when --weighting=a
 part, aggregator and optimizer registers once beside its code (fedjax_drift/registry.py), with
 the Config fields it reads; this module only looks them up.
 
-Composition flags extend any recipe: --local_terms adds local parts (LOCAL_TERMS),
---aggregator replaces the aggregator (AGGREGATORS), --server_optimizer replaces the server
-optimizer and --server_momentum puts SlowMo momentum on an averaging server.
+Composition flags extend any recipe: --local_terms adds local parts (registry kind 'part'),
+--aggregator replaces the aggregator ('aggregator'), --server_optimizer replaces the server
+optimizer ('server') and --server_momentum puts SlowMo momentum on an averaging server. The
+lists of names are the registry's, read when asked (`names`, registry.names), so a method
+registered after import is among them.
 """
 import dataclasses
 
@@ -26,14 +28,14 @@ from fedjax_drift.algorithms.parts import PartNeeds, compose  # parts registers 
 from fedjax_drift.algorithms import recipes
 from fedjax_drift.algorithms.recipes import Recipe
 
-RECIPES = {name: e.info for name, e in registry.entries('algorithm').items()}
-NAMES = tuple(RECIPES)
-LOCAL_TERMS = registry.names('part')
-AGGREGATORS = registry.names('aggregator')
-SERVER_OPTIMIZERS = registry.names('server', selectable=True)
-LOCAL_OPTIMIZERS = registry.names('local_optimizer', selectable=True)
 # The projection head (MOON, FedGKD+) is part of the model: these fields size it.
 PROJECTION_READS = ('moon_projection_dim', 'projection_hidden')
+
+
+def names() -> tuple:
+  """The --algo names registered now, in --list order (a method a script registers after
+  import included)."""
+  return registry.names('algorithm')
 
 
 def _split(text):

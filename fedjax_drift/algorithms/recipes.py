@@ -40,3 +40,8 @@ def algorithm(name, recipe: Recipe, reads=(), build=None):
 def get(name) -> Recipe:
   """The registered recipe of --algo=name (a one-line UserError naming --algo otherwise)."""
   return registry.get('algorithm', name).info
+
+
+def registered() -> dict:
+  """{--algo name: Recipe} of every algorithm registered now, in registration order."""
+  return {name: e.info for name, e in registry.entries('algorithm').items()}

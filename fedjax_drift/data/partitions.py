@@ -548,4 +548,3 @@ registry.register('partition', 'natural', 'one client per id of the dataset\'s o
 registry.register('partition', 'natural:', 'natural:COLUMN, one client per id of the '
                   'dataset\'s group column (e.g. writer); --num_clients picks a seeded subset',
                   build=_natural, prefix=True, info=PartitionInfo(check=_has_column))
-NAMES = registry.names('partition')

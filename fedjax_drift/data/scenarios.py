@@ -191,4 +191,3 @@ def _longtail(v, num_classes, y_train, **_):
   return longtail_stateless(y_train, num_classes, v.client_fraction, v.imbalance_ratio)
 
 
-NAMES = registry.names('scenario')
