@@ -47,7 +47,9 @@ def _algorithm_reads(config) -> set:
   """The fields the algorithm reads: its recipe's own, its parts', aggregator's, server's and
   local optimizer's, and the projection head's when it has one."""
   r = algorithms.recipe(config)
-  out = set() if config.aggregator else set(registry.get('algorithm', config.algo).reads)
+  out = set(registry.get('algorithm', config.algo).reads)
+  if config.aggregator:  # --aggregator replaces the one the recipe's own flag would pick
+    out.discard(r.aggregator_flag)
   for p in r.parts:
     out.update(registry.get('part', p).reads)
   out.update(registry.get('aggregator', r.aggregator).reads)

@@ -240,19 +240,24 @@ def _with_usual_model(flags, argv):
 
 
 def _with_bn_model(flags, argv):
-  """flags with --model=<model>_bn (cnn_mnist -> cnn_mnist_bn, mlp -> mlp_bn, resnet20 ->
-  resnet20_bn) when --algo=fedbn (or --local_terms with fedbn) would keep BatchNorm layers
-  local on a model that has none (algorithms/fedbn.py refuses that) and the command line
+  """flags with --model set to the model's BatchNorm twin (its entry's ModelInfo.twin:
+  cnn_mnist -> cnn_mnist_bn, mlp -> mlp_bn, resnet20 -> resnet20_bn) when a part of the run
+  keeps BatchNorm layers local (PartNeeds.local_norms: --algo=fedbn, or --local_terms with
+  fedbn) on a model that has none (algorithms/fedbn.py refuses that) and the command line
   does not give --model; says so in one line."""
   from fedjax_drift import registry  # pylint: disable=g-import-not-at-top
-  terms = [t.strip() for t in (flags.get('local_terms') or '').split(',')]
-  model = flags['model']
-  if (_given('model', argv) or (flags['algo'] != 'fedbn' and 'fedbn' not in terms)
-      or model.endswith('_bn') or registry.find('model', f'{model}_bn') is None):
+  algo = registry.find('algorithm', flags['algo'])
+  parts = (algo.info.parts if algo else ()) + tuple(
+      t.strip() for t in (flags.get('local_terms') or '').split(','))
+  found = [registry.find('part', p) for p in parts if p]
+  local_norms = any(e is not None and e.info is not None and e.info.local_norms for e in found)
+  model = registry.find('model', flags['model'])
+  twin = model.info.twin if model is not None else ''
+  if _given('model', argv) or not local_norms or not twin:
     return flags
-  print(f'model: {model}_bn, --model={model} with BatchNorm layers, which FedBN keeps local '
+  print(f'model: {twin}, --model={model.name} with BatchNorm layers, which FedBN keeps local '
         '(--model picks another)', flush=True)
-  return {**flags, 'model': f'{model}_bn'}
+  return {**flags, 'model': twin}
 
 
 def _given(flag, argv) -> bool:

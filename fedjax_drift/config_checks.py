@@ -10,7 +10,7 @@ import math
 import os
 
 from fedjax_drift import registry
-from fedjax_drift.data import partitions
+from fedjax_drift.data import partitions, scenarios
 from fedjax_drift.errors import UserError, did_you_mean
 
 
@@ -61,8 +61,8 @@ def files(config):
   if config.cohorts and config.cohort_sampler != 'uniform':
     raise UserError(f'--cohorts=file: replaces sampling; drop '
                     f'--cohort_sampler={config.cohort_sampler}')
-  if config.cohorts and config.scenario == 'longtail_stateless':
-    raise UserError('--cohorts=file: names clients, but --scenario=longtail_stateless draws '
+  if config.cohorts and scenarios.fresh_clients(config.scenario):
+    raise UserError(f'--cohorts=file: names clients, but --scenario={config.scenario} draws '
                     'fresh clients every round')
 
 
@@ -130,12 +130,12 @@ def selection(config):
   if config.select_on == 'validation' and not config.has_validation:
     raise UserError('--select_on=validation needs a validation split: give --val_fraction '
                     '(e.g. 0.1) or --val_source=dataset, or --select_on=test')
-  if config.val_source == 'dataset' and config.scenario == 'longtail_stateless':
-    raise UserError('--val_source=dataset: --scenario=longtail_stateless draws clients from '
+  if config.val_source == 'dataset' and scenarios.fresh_clients(config.scenario):
+    raise UserError(f'--val_source=dataset: --scenario={config.scenario} draws clients from '
                     'every example on the device, the validation split\'s too; use '
                     '--val_source=clients with --val_fraction=0 (and --select_on=test)')
-  if config.val_fraction and config.scenario == 'longtail_stateless':
-    raise UserError('--val_fraction: --scenario=longtail_stateless draws every client from '
+  if config.val_fraction and scenarios.fresh_clients(config.scenario):
+    raise UserError(f'--val_fraction: --scenario={config.scenario} draws every client from '
                     'the whole training set, so no validation split can be held out of it; '
                     'use --val_fraction=0 (and --select_on=test)')
   if config.val_fraction and config.val_source == 'server' and config.partition.startswith('file:'):
@@ -160,9 +160,10 @@ def pipeline(config):
   if config.local_optimizer == 'adam' and config.local_momentum:
     raise UserError(f'--local_momentum={config.local_momentum} is SGD\'s; with '
                     '--local_optimizer=adam use --adam_b1')
-  if config.local_optimizer == 'adam' and config.algo == 'fedadc_dm':
-    raise UserError('--local_optimizer=adam does not combine with --algo=fedadc_dm, whose '
-                    'local double momentum is its own optimizer')
+  own = _own_local_optimizer(config)
+  if own and config.local_optimizer != _default(config, 'local_optimizer'):
+    raise UserError(f'--local_optimizer={config.local_optimizer} does not combine with '
+                    f'--algo={config.algo}, whose local optimizer ({own}) is its own')
   if bool(config.normalize_mean) != bool(config.normalize_std):
     given = 'normalize_mean' if config.normalize_mean else 'normalize_std'
     raise UserError(f'--{given} needs --normalize_{"std" if config.normalize_mean else "mean"} '
@@ -177,6 +178,18 @@ def pipeline(config):
       if not math.isfinite(number) or (name == 'normalize_std' and number <= 0):
         raise UserError(f'--{name}={getattr(config, name)}: every value must be finite'
                         f'{" and > 0" if name == "normalize_std" else ""}')
+
+
+def _own_local_optimizer(config) -> str:
+  """The local optimizer --algo's recipe brings (recipes.Recipe.local_optimizer: fedadc_dm's
+  double momentum), which --local_optimizer cannot replace; '' for none or an unknown --algo."""
+  entry = registry.find('algorithm', config.algo)
+  return entry.info.local_optimizer if entry is not None else ''
+
+
+def _default(config, name):
+  """The default value of Config field `name` (a flag at its default was not given)."""
+  return next(f.default for f in dataclasses.fields(config) if f.name == name)
 
 
 def validate(config):

@@ -55,6 +55,7 @@ import numpy as np
 
 from fedjax_drift import engine, personalize, report
 from fedjax_drift.data import pipeline as input_pipeline
+from fedjax_drift.data import scenarios
 from fedjax_drift.errors import UserError
 
 FILES = ('client_acc.csv', 'features.npz', 'attention.npz', 'attention.csv')
@@ -114,9 +115,9 @@ def check_attention(aggregator, scenario):
                     f'igfl_s, or --aggregator=attention_self/time/time_rows (now '
                     f'{aggregator}, which has '
                     + ('one query)' if aggregator == 'attention_global' else 'none)'))
-  if scenario == 'longtail_stateless':
+  if scenarios.fresh_clients(scenario):
     raise UserError('--diag_attention matches clients by their labels, but '
-                    '--scenario=longtail_stateless draws new clients every round')
+                    f'--scenario={scenario} draws new clients every round')
 
 
 def step_inputs(exp):

@@ -1,10 +1,11 @@
 """Personalisation by classifier calibration (FedADC paper, §IV-D).
 
 After training, every client copies the global model and trains only its last layer for E
-local epochs on its own data, optionally with FedProx's proximal term or FedADC+'s
-self-confidence distillation. Each client is evaluated on its own test split (the test set
-partitioned like the training set), before and after calibration. Inputs are normalised as
-in training (data/pipeline.preprocess); calibration batches are not augmented.
+local epochs on its own data, optionally with a calibration term (--personalize_term: each
+registered term's build gives the Part whose loss calibration adds, FedProx's proximal term
+or FedADC+'s self-confidence distillation). Each client is evaluated on its own test split
+(the test set partitioned like the training set), before and after calibration. Inputs are
+normalised as in training (data/pipeline.preprocess); calibration batches are not augmented.
 """
 import jax
 import jax.numpy as jnp
@@ -21,15 +22,15 @@ from fedjax_drift.state import Client
 from fedjax_drift import registry
 
 
-def calibrate(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
-              kd_lambda=0.35, kd_temperature=1.0, seed=0, chunk=1, norm=None, kd_tau2=False):
+def calibrate(model, params, train, test, schedule, lr, terms=(), seed=0, chunk=1, norm=None):
   """Per-client test accuracy of the global model and of each calibrated model.
 
-  train / test: FederatedData over the same clients. Returns numpy arrays (acc_before,
-  acc_after, num_test) of shape [N]. norm: the run's data/pipeline.Normalization or None.
+  train / test: FederatedData over the same clients. terms: Parts whose losses calibration
+  adds to the cross-entropy (for_experiment builds --personalize_term's). Returns numpy
+  arrays (acc_before, acc_after, num_test) of shape [N]. norm: the run's data/pipeline.Normalization or None.
   """
-  before, after = calibrator(model, params, train, test, schedule, lr, term, prox_mu,
-                             kd_lambda, kd_temperature, seed, chunk, norm, kd_tau2)(params)
+  before, after = calibrator(model, params, train, test, schedule, lr, terms, seed, chunk,
+                             norm)(params)
   return np.asarray(before), np.asarray(after), np.asarray(test.client_count)
 
 
@@ -39,25 +40,21 @@ def for_experiment(exp):
   cfg, ds = exp.config, exp.dataset
   test = federated.build(ds.x_test, ds.y_test, exp.test_parts, ds.num_classes)
   schedule = engine.Schedule(cfg.batch_size, 0, cfg.personalize_epochs)
-  term = None if cfg.personalize_term == 'none' else cfg.personalize_term
-  return calibrator(exp.model, exp.state.params, exp.data, test, schedule, cfg.lr, term,
-                    cfg.prox_mu, cfg.kd_lambda, cfg.kd_temperature, cfg.seed, exp.chunk,
-                    norm=exp.pipeline.norm if exp.pipeline else None,
-                    kd_tau2=cfg.kd_tau2), np.asarray(test.client_count)
+  norm = exp.pipeline.norm if exp.pipeline else None
+  # --personalize_term's entry built from the values it declares: a Part, or None for none.
+  term = registry.build('personalize_term', cfg.personalize_term, cfg)
+  run = calibrator(exp.model, exp.state.params, exp.data, test, schedule, cfg.lr,
+                   () if term is None else (term,), cfg.seed, exp.chunk, norm)
+  return run, np.asarray(test.client_count)
 
 
-def calibrator(model, params, train, test, schedule, lr, term=None, prox_mu=0.01,
-               kd_lambda=0.35, kd_temperature=1.0, seed=0, chunk=1, norm=None, kd_tau2=False):
+def calibrator(model, params, train, test, schedule, lr, terms=(), seed=0, chunk=1, norm=None):
   """The jitted params -> (acc_before [N], acc_after [N]) that `calibrate` computes, compiled
   once and reusable (--personalize_every_eval calls it at every evaluation). `params` gives
-  only the structure (which leaves are the classifier)."""
+  only the structure (which leaves are the classifier); `terms` as for `calibrate`."""
   optimizer = optax.multi_transform({'train': optax.sgd(lr), 'freeze': optax.set_to_zero()},
                                     head_labels(params))
-  extra = []
-  if term == 'prox':
-    extra.append(fedprox.proximal_term(prox_mu))
-  elif term == 'self_kd':
-    extra.append(fedadc.self_confidence_kd(kd_lambda, kd_temperature, kd_tau2))
+  extra = tuple(terms)
 
   def objective(p, batch, ctx):
     logits = model.apply(p, batch.x)  # evaluation mode: calibration keeps norm statistics
@@ -113,12 +110,17 @@ def summarize(before, after, num_test):
 
 
 # --- Registration -----------------------------------------------------------------------------
-# Data: for_experiment reads the values; the entries name them for --list and the checks.
+# A personalisation is data: for_experiment reads its values; the entry names them for --list
+# and the checks. A calibration term's build(values) -> the Part whose loss calibration adds
+# to the cross-entropy, or None for none (for_experiment builds it).
 registry.register('personalize', 'none', 'evaluate the global model as trained')
 registry.register('personalize', 'calibrate', 'each client fine-tunes the last layer on its '
                   'data (FedADC §IV-D)', reads=('personalize_epochs', 'personalize_term'))
-registry.register('personalize_term', 'none', 'calibration by cross-entropy alone')
+registry.register('personalize_term', 'none', 'calibration by cross-entropy alone',
+                  build=lambda v: None)
 registry.register('personalize_term', 'prox', 'calibration adds the proximal term (--prox_mu)',
-                  reads=('prox_mu',))
+                  reads=('prox_mu',), build=lambda v: fedprox.proximal_term(v.prox_mu))
 registry.register('personalize_term', 'self_kd', 'calibration adds self-confidence '
-                  'distillation', reads=('kd_lambda', 'kd_temperature', 'kd_tau2'))
+                  'distillation', reads=('kd_lambda', 'kd_temperature', 'kd_tau2'),
+                  build=lambda v: fedadc.self_confidence_kd(v.kd_lambda, v.kd_temperature,
+                                                            v.kd_tau2))

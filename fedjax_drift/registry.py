@@ -16,9 +16,11 @@ recording Config and holds each declaration to what it read).
 Each kind's contract: what an entry's `info` is, and what its `build` receives besides the
 Values (the context) and returns. INTERNAL as info: a choice a recipe makes, not its flag.
 - algorithm: info a recipes.Recipe (its parts, aggregator, server, local optimizer, the paper's
-  weighting, `federated`...). build, optional: (values, algo, model, parts, trainer, objective,
-  optimizer, clip, train_apply) -> the FederatedAlgorithm in place of the recipe's composed
-  `algo` (algorithms.method_context says what each is).
+  weighting, `federated`, the `aggregator_flag` of its own that picks its aggregator,
+  `masks_cohort`...; a recipe's own local optimizer refuses --local_optimizer). build,
+  optional: (values, algo, model, parts, trainer, objective, optimizer, clip, train_apply) ->
+  the FederatedAlgorithm in place of the recipe's composed `algo` (algorithms.method_context
+  says what each is).
 - part: info a parts.PartNeeds (a server of its own, a projection head, a server validation
   split, local normalisation layers), None for none. build(values, model, server_data, parts,
   weighting) -> a parts.Part.
@@ -26,17 +28,21 @@ Values (the context) and returns. INTERNAL as info: a choice a recipe makes, not
   `aggregate` hook, or None for compose's own weighted mean.
 - server, local_optimizer: info None or INTERNAL. build(values) -> an optax
   GradientTransformation.
-- model: info the family, 'dense', 'conv' or 'text'. build(values, num_classes, input_shape,
-  vocab_size) -> a flax module; values holds only its options (--dropout, --gn_*, --pretrained).
+- model: info a models/info.ModelInfo (its family, 'dense', 'conv' or 'text'; BatchNorm; its
+  BatchNorm twin for FedBN). build(values, num_classes, input_shape, vocab_size) -> a flax
+  module; values holds only its options (--dropout, --gn_*, --pretrained).
 - init: info (scheme, after_init), read by models.get; no build.
 - dataset: info a data/common.DatasetInfo (its loader, files, model, classes...); no build.
 - partition: info a data/partitions.PartitionInfo (a label partition's function, fixed
   indices, a check of the dataset, whether it splits the test set). build(values, dataset,
   keep) -> (train parts as indices into the whole training set, test parts or None); keep: the
   examples clients may hold.
-- scenario: info None. build(values, num_classes, y_train) -> a data/scenarios.Scenario.
+- scenario: info None or a data/scenarios.ScenarioInfo (whether its clients are drawn afresh
+  every round). build(values, num_classes, y_train) -> a data/scenarios.Scenario.
 - lr_schedule: info None. build(values) -> an optax schedule, or None for a constant rate.
-- augment, personalize, personalize_term: pure data (a name and its reads); no build.
+- personalize_term: info None. build(values) -> the parts.Part whose loss calibration adds to
+  the cross-entropy, or None for none (personalize.for_experiment).
+- augment, personalize: pure data (a name and its reads); no build.
 
 A user's own module registers the same way, with flags of its own (`flag`: a setting that
 becomes a Config field, config.config_class): `--plugin=FILE_OR_MODULE` loads it

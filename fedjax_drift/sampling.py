@@ -106,7 +106,7 @@ def draw_cohort(state, data, rkey, concept, scenario, cohort_size, sampler, coho
   else:
     ids = cohort_ids(state, data, cohort_size, sampler, cohorts)
     rows, counts, hists = data.client_index[ids], data.client_count[ids], data.label_hist[ids]
-  if scenario.name == 'concept_shift':  # histograms of the relabelled classes
+  if scenario.relabels:  # histograms of the relabelled classes (concept shift)
     classes = jnp.arange(hists.shape[1], dtype=jnp.int32)
     hists = hists @ jax.nn.one_hot(scenario.relabel(concept, classes), hists.shape[1])
   return ids, rows, counts, hists

@@ -33,7 +33,7 @@ from fedjax_drift import diagnostics
 from fedjax_drift import unreliable
 from fedjax_drift import registry, run_data
 from fedjax_drift.config import Config, gridable_fields, grid_points, parse_grid
-from fedjax_drift.data import federated, sources
+from fedjax_drift.data import federated, scenarios, sources
 from fedjax_drift.data import pipeline as input_pipeline
 from fedjax_drift.errors import UserError
 from fedjax_drift.state import ServerState
@@ -123,10 +123,12 @@ def plan(config: Config) -> list:
   return runs
 
 
-# Algorithms whose round a cohort masked up to a larger size leaves exactly as the lone
-# cohort's (their server update reads only the weighted sum of the deltas): a --grid over
-# --clients_per_round runs with these, without --aggregator or --local_terms.
-COHORT_AXIS_ALGOS = ('fedavg', 'fedprox')
+def cohort_axis_algos() -> tuple:
+  """The algorithms whose round a cohort masked up to a larger size leaves exactly as the
+  lone cohort's (recipes.Recipe.masks_cohort: their server update reads only the weighted sum
+  of the deltas): a --grid over --clients_per_round runs with these, without --aggregator or
+  --local_terms."""
+  return tuple(n for n, r in algorithms.recipes.registered().items() if r.masks_cohort)
 
 
 def check_cohort_axis(config: Config, grid: dict):
@@ -137,15 +139,15 @@ def check_cohort_axis(config: Config, grid: dict):
   if len(set(grid.get('clients_per_round', ()))) < 2:
     return
   blocked = [f'--{n}={getattr(config, n)}' for n, ok in (
-      ('algo', config.algo in COHORT_AXIS_ALGOS), ('aggregator', not config.aggregator),
+      ('algo', config.algo in cohort_axis_algos()), ('aggregator', not config.aggregator),
       ('local_terms', not config.local_terms),
       ('cohort_sampler', config.cohort_sampler == 'uniform'), ('cohorts', not config.cohorts),
-      ('scenario', config.scenario != 'longtail_stateless'),
+      ('scenario', not scenarios.fresh_clients(config.scenario)),
       ('client_state', config.client_state != 'host')) if not ok]
   if blocked:
     raise UserError(f'--grid: clients_per_round cannot be swept with {blocked[0]} (cohorts are '
                     'masked up to the largest size, exact only for uniform cohorts of '
-                    f'{"/".join(COHORT_AXIS_ALGOS)} on device); give one value per command')
+                    f'{"/".join(cohort_axis_algos())} on device); give one value per command')
 
 
 class _Shared(NamedTuple):
@@ -200,8 +202,8 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   (`target_choices`)."""
   ds = shared.dataset
   held_out = algorithms.server_validation(config)
-  if config.scenario == 'longtail_stateless' and held_out:
-    raise UserError('--scenario=longtail_stateless draws clients from the whole training set, '
+  if scenarios.fresh_clients(config.scenario) and held_out:
+    raise UserError(f'--scenario={config.scenario} draws clients from the whole training set, '
                     f'so the server validation split of --{held_out} cannot be held out of it')
   train_parts, test_parts, server_data, validation, vote = run_data.partition_run(
       config, ds, shared.norm)
@@ -236,7 +238,7 @@ def _build_run(config: Config, shared: _Shared, platform=None) -> Experiment:
   state = engine.init_state(algo, params, len(train_parts), jax.random.fold_in(run_key, 1),
                             scenario, host_table=config.client_state == 'host')
   if scenario.fresh_cohort is not None and jax.tree.leaves(state.clients):
-    raise UserError(f'--scenario=longtail_stateless draws new clients every round, so '
+    raise UserError(f'--scenario={config.scenario} draws new clients every round, so '
                     f'--algo={config.algo}\'s per-client state would never be used; pick a '
                     'stateless algorithm')
   pipeline = input_pipeline.Pipeline(config.augment, config.augment_pad,
@@ -258,7 +260,7 @@ def target_choices(config: Config, platform=None):
   if platform is None or platform == jax.default_backend():
     return config.conv_impl, jax.default_backend()
   entry = registry.find('model', config.model)  # unknown: models.get says so
-  convolves = entry is not None and entry.info == 'conv'
+  convolves = entry is not None and entry.info.family == 'conv'
   return (models.layers.resolve_conv_impl(config.conv_impl, backend=platform,
                                           convolves=convolves), platform)
 

@@ -120,7 +120,7 @@ def check_portable(text, where):
 
 def _choices(config, platform):
   """What a study built for `platform` chooses there: (conv_impl, client chunk width)."""
-  family = registry.get('model', config.model).info
+  family = registry.get('model', config.model).info.family
   return (study_lib.target_choices(config, platform)[0],
           study_lib.parallelism(config, family, platform)[0])
 
@@ -156,7 +156,7 @@ def test_auto_choices_resolve_for_a_target_platform(family, platform):
   config = fedjax_drift.Config(model=FAMILIES[family], clients_per_round=6)
   conv_impl, backend = study_lib.target_choices(config, platform)
   assert (conv_impl, backend) == ('lax', platform)
-  kind = registry.get('model', config.model).info  # 'dense', 'conv' or 'text'
+  kind = registry.get('model', config.model).info.family  # 'dense', 'conv' or 'text'
   assert engine.choose_parallelism('auto', kind, backend, 6)[0] == 6
   assert engine.compiler_options(kind == 'conv', platform) == {}
 

@@ -271,7 +271,7 @@ def test_char_lstm_is_leafs_model():
                     'lstm0': {'gates': {'kernel': (8 + 256, 1024), 'bias': (1024,)}},
                     'lstm1': {'gates': {'kernel': (256 + 256, 1024), 'bias': (1024,)}},
                     'head': {'kernel': (256, 80), 'bias': (80,)}}
-  assert registry.get('model', 'char_lstm').info == 'text'
+  assert registry.get('model', 'char_lstm').info.family == 'text'
   # TF's Glorot-uniform kernels, zero biases: |W| <= sqrt(6 / (fan_in + fan_out)).
   kernel = np.asarray(params['lstm1']['gates']['kernel'])
   assert np.abs(kernel).max() <= np.sqrt(6 / (512 + 1024)) and kernel.std() > 0.01

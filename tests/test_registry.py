@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 import fedjax_drift
-from fedjax_drift import algorithms, applies, catalog, evaluation, models, registry
+from fedjax_drift import algorithms, applies, catalog, cli, evaluation, models, registry, study
 from fedjax_drift.algorithms.parts import PartNeeds
 from fedjax_drift.config import Config
-from fedjax_drift.data import partitions
+from fedjax_drift.data import partitions, scenarios
 from fedjax_drift.models import zoo
+from fedjax_drift.models.info import ModelInfo
 
 
 def _read_elsewhere(kind, name):
@@ -214,3 +215,51 @@ def test_a_partition_s_test_split_and_a_recipe_without_server_are_properties():
   with pytest.raises(fedjax_drift.UserError, match='--algo=local_only tests each client'):
     Config(algo='local_only').validate()
   Config(algo='local_only', partition='domains', dataset='digits5').validate()
+
+
+def _unregister(*kinds_names):
+  for kind, name in kinds_names:
+    registry._ENTRIES[kind].pop(name, None)  # pylint: disable=protected-access
+  registry._DECLARED.clear()  # pylint: disable=protected-access
+
+
+def test_generic_code_reads_recipe_scenario_model_and_term_properties():
+  """The last name tests of generic code are entry properties (issue 47 item 1): a recipe's
+  aggregator_flag (IGFL's --attention), its own local optimizer and masks_cohort, a scenario's
+  ScenarioInfo.fresh_clients, a model's ModelInfo.twin, a calibration term's build. Probes
+  registered under new names get each with no edit elsewhere."""
+  recipe = algorithms.Recipe((), 'attention', aggregator_flag='attention',
+                             local_optimizer='fedadc_dm', masks_cohort=True)
+  algorithms.recipes.algorithm('test_registry_probe', recipe, reads=('attention',))
+  registry.register('scenario', 'test_registry_fresh', 'fresh clients every round',
+                    build=lambda v, **_: None, info=scenarios.ScenarioInfo(fresh_clients=True))
+  registry.register('model', 'test_registry_plain', 'a model whose twin is mlp_bn',
+                    build=lambda v, num_classes, **_: None,
+                    info=ModelInfo('dense', twin='mlp_bn'))
+  try:
+    config = Config(algo='test_registry_probe', attention='time')
+    assert algorithms.recipe(config).aggregator == 'attention_time'
+    assert algorithms.recipe(Config(algo='test_registry_probe', aggregator='median')
+                             ).aggregator == 'median'
+    assert 'attention' not in applies.reads(Config(algo='test_registry_probe',
+                                                   aggregator='median'))
+    assert algorithms.local_optimizer_name(config) == 'fedadc_dm'
+    with pytest.raises(fedjax_drift.UserError, match=r'^--local_optimizer=adam does not combine '
+                       'with --algo=test_registry_probe, whose local optimizer'):
+      Config(algo='test_registry_probe', local_optimizer='adam').validate()
+    assert 'test_registry_probe' in study.cohort_axis_algos()
+    assert study.cohort_axis_algos()[:2] == ('fedavg', 'fedprox')
+    assert scenarios.fresh_clients('test_registry_fresh')
+    assert not scenarios.fresh_clients('static') and not scenarios.fresh_clients('nope')
+    with pytest.raises(fedjax_drift.UserError,
+                       match='--scenario=test_registry_fresh draws every client'):
+      Config(scenario='test_registry_fresh', val_fraction=0.1).validate()
+    flags = {'algo': 'fedbn', 'model': 'test_registry_plain', 'local_terms': ''}
+    assert cli._with_bn_model(flags, [])['model'] == 'mlp_bn'  # pylint: disable=protected-access
+    assert cli._with_bn_model({**flags, 'algo': 'fedavg'}, [])[  # pylint: disable=protected-access
+        'model'] == 'test_registry_plain'
+  finally:
+    _unregister(('algorithm', 'test_registry_probe'), ('scenario', 'test_registry_fresh'),
+                ('model', 'test_registry_plain'))
+  assert registry.build('personalize_term', 'none', Config()) is None
+  assert registry.build('personalize_term', 'prox', Config()).loss is not None

@@ -156,7 +156,7 @@ def test_word_lstm_windows_give_the_per_token_loss():
                     'lstm': {'gates': {'kernel': (96 + 670, 4 * 670), 'bias': (4 * 670,)}},
                     'project': {'kernel': (670, 96), 'bias': (96,)},
                     'head': {'kernel': (96, 10004), 'bias': (10004,)}}
-  assert registry.get('model', 'word_lstm_small').info == 'text'
+  assert registry.get('model', 'word_lstm_small').info.family == 'text'
   vocab = list(WORDS)
   small = models.get('word_lstm_small', len(vocab) + 4, (2, 20), vocab_size=len(vocab) + 4)
   params = small.init(jax.random.key(1))

@@ -52,8 +52,8 @@ def recipe(config) -> Recipe:
                       f'{", ".join(registry.names("part"))}')
   parts = tuple(dict.fromkeys(base.parts + tuple(extra)))
   aggregator = base.aggregator
-  if aggregator == 'attention':
-    aggregator = f'attention_{config.attention}'
+  if base.aggregator_flag:  # a flag of the recipe's own picks it (IGFL's --attention)
+    aggregator = f'{aggregator}_{getattr(config, base.aggregator_flag)}'
   if config.aggregator:
     registry.get('aggregator', config.aggregator)  # a one-line error naming the choices
     aggregator = config.aggregator

@@ -20,7 +20,6 @@ import jax.numpy as jnp
 
 from fedjax_drift.algorithms.parts import Part, PartNeeds
 from fedjax_drift.errors import UserError
-from fedjax_drift.models import zoo
 from fedjax_drift import registry
 from fedjax_drift.algorithms.recipes import INHERITS, Recipe, algorithm
 
@@ -48,7 +47,7 @@ def check_has_norms(model):
   """Raises UserError if `model` (a models.Model) has no norm layers for FedBN to keep."""
   params = jax.eval_shape(model.init, jax.random.key(0))
   if not norm_leaves(params):
-    with_bn = ', '.join(n for n in zoo.models() if n.endswith('_bn'))
+    with_bn = ', '.join(n for n, e in registry.entries('model').items() if e.info.batchnorm)
     raise UserError(f'--algo=fedbn needs a model with BatchNorm layers ({with_bn}); '
                     f'--model={model.name} has none')
 

@@ -31,4 +31,4 @@ def _proximal(v, **_):
 
 algorithm('fedprox', Recipe(('prox',), weighting_source=INHERITS + ' (Li et al. 2020 sample by '
                             'n_k and average 1/K: the same in expectation)',
-                            summary='proximal term (--prox_mu)'))
+                            summary='proximal term (--prox_mu)', masks_cohort=True))

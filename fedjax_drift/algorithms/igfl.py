@@ -191,10 +191,11 @@ for _kind in ATTENTIONS:
 _IGFL = 'IGFL paper, Alg. 3 l.1, l.7'
 algorithm('igfl_c', Recipe(('igfl_c',), weighting='uniform', weighting_source=_IGFL,
                            summary='group-aware local steps'))
-# 'attention': the aggregator attention_<--attention>, so these recipes read --attention.
+# The aggregator attention_<--attention>: these recipes read --attention, which picks it.
 algorithm('igfl_s', Recipe((), 'attention', weighting='uniform',
                            weighting_source=_IGFL + ' (attention: §4)',
-                           summary='attention aggregation'), reads=('attention',))
+                           summary='attention aggregation', aggregator_flag='attention'),
+          reads=('attention',))
 algorithm('igfl', Recipe(('igfl_c',), 'attention', weighting='uniform',
-                         weighting_source=_IGFL + ' (attention: §4)',
-                         summary='IGFL-C + IGFL-S'), reads=('attention',))
+                         weighting_source=_IGFL + ' (attention: §4)', summary='IGFL-C + IGFL-S',
+                         aggregator_flag='attention'), reads=('attention',))

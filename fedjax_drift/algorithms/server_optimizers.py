@@ -97,7 +97,8 @@ for _kind, _reads in (('adam', ('server_beta1', 'server_beta2', 'server_tau')),
                         v.server_beta2 if kind != 'adagrad' else 0.99, v.server_tau))
 
 algorithm('fedavg', Recipe(weighting_source=MCMAHAN,
-                           summary='local SGD, weighted mean (McMahan et al.)'))
+                           summary='local SGD, weighted mean (McMahan et al.)',
+                           masks_cohort=True))
 for _name, _summary in (('slowmo', 'server momentum --beta (SlowMo)'),
                         ('fedavgm', 'alias of slowmo')):
   algorithm(_name, Recipe(server='slowmo', weighting='uniform',

@@ -10,6 +10,8 @@ its state lives in ServerState.scenario and is checkpointed with everything else
   relabel(state, y) -> y                       labels as the current concept defines them
   fresh_cohort(data, key, K) -> (rows, counts) stateless clients drawn anew every round, or None
   diagnostics(state_before, state_after) -> {name: int32 scalar} for the round's metrics
+  relabels                                     True where relabel changes labels (the cohort's
+                                               label histograms are then relabelled too)
 
 Scenarios:
   static             the partition's clients, labels as given
@@ -46,6 +48,21 @@ class Scenario(NamedTuple):
   fresh_cohort: Optional[Callable] = None
   max_examples: int = 0  # static row width of fresh clients
   diagnostics: Callable = lambda before, after: {}
+  relabels: bool = False  # relabel changes labels: the cohort's label histograms follow it
+
+
+class ScenarioInfo(NamedTuple):
+  """A scenario entry's info (None: ScenarioInfo()). fresh_clients: every round's clients are
+  drawn afresh from the whole training set and none returns (its Scenario has a fresh_cohort),
+  so no flag can name, keep or hold out a client."""
+  fresh_clients: bool = False
+
+
+def fresh_clients(name) -> bool:
+  """Whether --scenario=name draws new clients every round (False for a name no entry has:
+  the flag checks refuse it)."""
+  entry = registry.find('scenario', name)
+  return entry is not None and entry.info is not None and entry.info.fresh_clients
 
 
 def static():
@@ -130,7 +147,8 @@ def concept_shift(num_classes, prob, kind='relabel', count=0, rounds=0):
     return out
 
   return Scenario('concept_shift', init=init, before_round=before_round,
-                  relabel=lambda state, y: label_map_of(state)[y], diagnostics=diagnostics)
+                  relabel=lambda state, y: label_map_of(state)[y], diagnostics=diagnostics,
+                  relabels=True)
 
 
 def longtail_stateless(y_train, num_classes, fraction=0.1, ratio=0.01):
@@ -158,18 +176,6 @@ def longtail_stateless(y_train, num_classes, fraction=0.1, ratio=0.01):
                   relabel=lambda s, y: y, fresh_cohort=fresh_cohort, max_examples=width)
 
 
-def get(name, num_classes, y_train, concept_shift_prob=0.05, fraction=0.1, ratio=0.01,
-        concept_shift_kind='relabel', concept_shift_count=0, rounds=0):
-  if name == 'static':
-    return static()
-  if name == 'concept_shift':
-    return concept_shift(num_classes, concept_shift_prob, concept_shift_kind,
-                         concept_shift_count, rounds)
-  if name == 'longtail_stateless':
-    return longtail_stateless(y_train, num_classes, fraction, ratio)
-  raise ValueError(name)
-
-
 # --- Registration -----------------------------------------------------------------------------
 registry.register('scenario', 'static', 'the partition\'s clients, labels as given',
                   build=lambda v, **_: static())
@@ -186,7 +192,8 @@ def _concept_shift(v, num_classes, **_):
 
 @registry.registers('scenario', 'longtail_stateless', 'every selected client is a fresh '
                     'long-tailed sample; none returns', reads=('imbalance_ratio',
-                                                               'client_fraction'))
+                                                               'client_fraction'),
+                    info=ScenarioInfo(fresh_clients=True))
 def _longtail(v, num_classes, y_train, **_):
   return longtail_stateless(y_train, num_classes, v.client_fraction, v.imbalance_ratio)
 

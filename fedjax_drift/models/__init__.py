@@ -85,14 +85,14 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
   lax.conv on GPU/TPU. dropout (-1 = the model's rates, 0 = off, p = every rate p), gn_groups
   and gn_group_size (GroupNorm groups, or channels per group; 0 = the model's rule) and gn_eps
   (GroupNorm's ε, -1 = the model's) are --dropout, --gn_groups, --gn_group_size and --gn_eps,
-  refused by models whose entry does not read them. Models named *_bn have BatchNorm: their
-  params are {'params', 'batch_stats'}. Text models (family 'text', models/text.py) take int32
+  refused by models whose entry does not read them. A model whose entry says batchnorm
+  (models/info.ModelInfo) has BatchNorm: its params are {'params', 'batch_stats'}. Text models (family 'text', models/text.py) take int32
   [2, L] inputs (token ids, attention mask) and need the tokenizer's `vocab_size`
   (Dataset.vocab_size); `pretrained` (--pretrained, distilbert only) is a Hugging Face
   checkpoint folder whose weights init puts in place of the random ones.
   """
   entry = registry.get('model', name)
-  family = entry.info
+  family = entry.info.family
   _check(name, family, input_shape, init, conv_impl, projection_hidden)
   options = dict(dropout=dropout, gn_groups=gn_groups, gn_group_size=gn_group_size,
                  gn_eps=gn_eps)
@@ -105,7 +105,7 @@ def get(name, num_classes, input_shape, init='default', projection_dim=0, conv_i
                           vocab_size=int(vocab_size))
   if projection_dim:
     module = WithProjection(module, projection_dim, projection_hidden)
-  has_state = name.endswith('_bn')
+  has_state = entry.info.batchnorm
   scheme, after_init = registry.get('init', init).info
 
   def scoped(fn):  # every trace of the module sees the chosen convolution and initialisation
@@ -213,7 +213,7 @@ def _check_text(name, family, input_shape, vocab_size, pretrained, init):
     raise UserError(f'--pretrained applies to --model=distilbert, not --model={name}')
   if family != 'text':
     if vocab_size:
-      text_models = [n for n, e in registry.entries('model').items() if e.info == 'text']
+      text_models = [n for n, e in registry.entries('model').items() if e.info.family == 'text']
       raise UserError(f'--model={name} does not read token sequences; for text data use one '
                       f'of {", ".join(text_models)}')
     return

@@ -12,6 +12,7 @@ from fedjax_drift import registry
 from fedjax_drift.errors import UserError
 from fedjax_drift.models.layers import (Conv, ConvReluPool, StridedConv, adaptive_avg_pool, dense,
                                         max_pool_2x2, max_pool_valid)
+from fedjax_drift.models.info import ModelInfo
 from fedjax_drift.models.norms import batch_norm_torch
 
 
@@ -252,29 +253,32 @@ class CNNCifarMoon(nn.Module):
 
 
 # --- Registration -----------------------------------------------------------------------------
-# build(values, num_classes, **shapes) -> the flax module; info: the family ('conv').
+# build(values, num_classes, **shapes) -> the flax module; info: a ModelInfo (family 'conv',
+# BatchNorm, the BatchNorm twin).
 
 def _plain(module):
   """The build of a model whose only argument is num_classes."""
   return lambda values, num_classes, **_: module(num_classes)
 
 
-for _name, _module, _summary in (
-    ('cnn_mnist', CNNMnist, 'McMahan et al.\'s CNN: conv5x5-32, pool, conv5x5-64, pool, fc-512, '
-     'fc-C (SAME padding)'),
-    ('cnn_cifar', CNNCifar, 'FedADC\'s CIFAR CNN: 4 conv + 4 fc, max-pooling, no normalisation'),
-    ('cnn_mnist_bn', CNNMnistBN, 'McMahan et al.\'s CNN with BatchNorm after each conv (conv -> '
-     'BN -> ReLU -> pool)'),
-    ('cnn_mcmahan_cifar', CNNMcMahanCifar, 'McMahan et al.\'s (2017) CIFAR-10 CNN from the '
-     'TensorFlow tutorial (IGFL)'),
-    ('alexnet_bn', AlexNetBN, 'FedBN\'s AlexNet with BatchNorm after each conv and hidden dense '
-     'layer (DomainNet)'),
-    ('digit_cnn_bn', DigitCNNBN, 'FedBN\'s DigitModel: 3 conv5x5 (64, 64, 128), fc-2048, '
-     'fc-512, fc-C, BatchNorm throughout'),
-    ('cnn_cifar_moon', CNNCifarMoon, 'FedADC\'s CNN for MOON: cnn_cifar\'s convs, global average '
-     'pooling, fc-512, fc-256, fc-C')):
-  registry.register('model', _name, _summary, build=_plain(_module), info='conv')
+_CONV, _CONV_BN = ModelInfo('conv'), ModelInfo('conv', batchnorm=True)
+for _name, _module, _info, _summary in (
+    ('cnn_mnist', CNNMnist, ModelInfo('conv', twin='cnn_mnist_bn'),
+     'McMahan et al.\'s CNN: conv5x5-32, pool, conv5x5-64, pool, fc-512, fc-C (SAME padding)'),
+    ('cnn_cifar', CNNCifar, _CONV,
+     'FedADC\'s CIFAR CNN: 4 conv + 4 fc, max-pooling, no normalisation'),
+    ('cnn_mnist_bn', CNNMnistBN, _CONV_BN,
+     'McMahan et al.\'s CNN with BatchNorm after each conv (conv -> BN -> ReLU -> pool)'),
+    ('cnn_mcmahan_cifar', CNNMcMahanCifar, _CONV,
+     'McMahan et al.\'s (2017) CIFAR-10 CNN from the TensorFlow tutorial (IGFL)'),
+    ('alexnet_bn', AlexNetBN, _CONV_BN,
+     'FedBN\'s AlexNet with BatchNorm after each conv and hidden dense layer (DomainNet)'),
+    ('digit_cnn_bn', DigitCNNBN, _CONV_BN,
+     'FedBN\'s DigitModel: 3 conv5x5 (64, 64, 128), fc-2048, fc-512, fc-C, BatchNorm throughout'),
+    ('cnn_cifar_moon', CNNCifarMoon, _CONV, 'FedADC\'s CNN for MOON: cnn_cifar\'s convs, global '
+     'average pooling, fc-512, fc-256, fc-C')):
+  registry.register('model', _name, _summary, build=_plain(_module), info=_info)
 registry.register('model', 'cnn_emnist', 'Reddi et al.\'s (2021) EMNIST CNN: conv3x3-32, '
                   'conv3x3-64, pool, fc-128, fc-C, dropout', reads=('dropout',),
                   build=lambda v, num_classes, **_: cnn_emnist(num_classes, v.dropout),
-                  info='conv')
+                  info=_CONV)

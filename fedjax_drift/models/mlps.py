@@ -4,6 +4,7 @@ from typing import Sequence
 from flax import linen as nn
 
 from fedjax_drift import registry
+from fedjax_drift.models.info import ModelInfo
 from fedjax_drift.models.layers import dense
 
 
@@ -48,13 +49,14 @@ class MLPBN(nn.Module):
 
 
 # --- Registration -----------------------------------------------------------------------------
-# build(values, num_classes, **shapes) -> the flax module; info: the family ('dense': no
-# convolutions), which drives the client-parallelism choice.
+# build(values, num_classes, **shapes) -> the flax module; info: a ModelInfo (family 'dense':
+# no convolutions, which drives the client-parallelism choice; BatchNorm or the BatchNorm twin).
 registry.register('model', 'logreg', 'Multinomial logistic regression: one Dense layer on the '
                   'flattened input', build=lambda v, num_classes, **_: LogReg(num_classes),
-                  info='dense')
+                  info=ModelInfo('dense'))
 registry.register('model', 'mlp', 'ReLU MLP on the flattened input (default 2 x 200 hidden '
                   'units, as McMahan et al.)', build=lambda v, num_classes, **_: MLP(num_classes),
-                  info='dense')
+                  info=ModelInfo('dense', twin='mlp_bn'))
 registry.register('model', 'mlp_bn', 'The MLP with BatchNorm after each hidden layer (for FedBN)',
-                  build=lambda v, num_classes, **_: MLPBN(num_classes), info='dense')
+                  build=lambda v, num_classes, **_: MLPBN(num_classes),
+                  info=ModelInfo('dense', batchnorm=True))

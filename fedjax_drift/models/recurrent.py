@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from fedjax_drift import registry
+from fedjax_drift.models.info import ModelInfo
 from fedjax_drift.models.layers import current_init_scheme, dense, embed, torch_uniform
 
 FORGET_BIAS = 1.0  # TF BasicLSTMCell's default, added to the forget gate's pre-activation
@@ -130,12 +131,12 @@ def char_lstm(num_classes, vocab_size, seq_len):  # pylint: disable=unused-argum
 registry.register('model', 'char_lstm', 'LEAF\'s character LSTM (Shakespeare): 8-d embedding, '
                   '2 x LSTM(256), Dense',
                   build=lambda v, num_classes, input_shape, vocab_size: char_lstm(
-                      num_classes, vocab_size, input_shape[1]), info='text')
+                      num_classes, vocab_size, input_shape[1]), info=ModelInfo('text'))
 registry.register('model', 'word_lstm', 'TFF\'s Stack Overflow next-word LSTM: 96-d embedding, '
                   'LSTM(670), Dense(96), Dense',
                   build=lambda v, num_classes, input_shape, vocab_size: WordLSTM(
-                      num_classes, vocab_size), info='text')
+                      num_classes, vocab_size), info=ModelInfo('text'))
 registry.register('model', 'word_lstm_small', 'word_lstm\'s shape at CPU size: 32-d embedding, '
                   'LSTM(128), Dense(32), Dense',
                   build=lambda v, num_classes, input_shape, vocab_size: WordLSTM(
-                      num_classes, vocab_size, 32, 128), info='text')
+                      num_classes, vocab_size, 32, 128), info=ModelInfo('text'))

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from fedjax_drift import registry
+from fedjax_drift.models.info import ModelInfo
 from fedjax_drift.models.layers import Conv, StridedConv, current_init_scheme, dense
 from fedjax_drift.models.norms import FLAX_GN_EPS, TORCH_EPS, norm_maker
 
@@ -225,7 +226,8 @@ def resnet50_bn(num_classes):
 
 
 # --- Registration -----------------------------------------------------------------------------
-# build(values, num_classes, **shapes) -> the flax module; info: the family ('conv').
+# build(values, num_classes, **shapes) -> the flax module; info: a ModelInfo (family 'conv';
+# BatchNorm or the BatchNorm twin).
 GN_READS = ('gn_groups', 'gn_group_size', 'gn_eps')
 
 
@@ -239,14 +241,17 @@ def _plain(make):
 
 
 registry.register('model', 'resnet8', 'CIFAR ResNet-8 with GroupNorm (FedGKD): 3 stages of one '
-                  'block', GN_READS, _gn(resnet8), info='conv')
+                  'block', GN_READS, _gn(resnet8), info=ModelInfo('conv'))
 registry.register('model', 'resnet18', 'the ResNet-18 layout on 32x32 inputs, GroupNorm',
-                  GN_READS, _gn(resnet18), info='conv')
+                  GN_READS, _gn(resnet18), info=ModelInfo('conv'))
 registry.register('model', 'resnet20', 'He et al.\'s CIFAR ResNet-20, GroupNorm', GN_READS,
-                  _gn(resnet20), info='conv')
+                  _gn(resnet20), info=ModelInfo('conv', twin='resnet20_bn'))
 registry.register('model', 'resnet20_bn', 'He et al.\'s CIFAR ResNet-20 with BatchNorm, option A '
-                  'shortcuts (FedFOR)', build=_plain(resnet20_bn), info='conv')
+                  'shortcuts (FedFOR)', build=_plain(resnet20_bn),
+                  info=ModelInfo('conv', batchnorm=True))
 registry.register('model', 'resnet50_gn', 'FedGKD\'s ResNet-50 with GroupNorm, 16 channels per '
-                  'group (Tiny-ImageNet, §5.1)', GN_READS, _gn(resnet50_gn), info='conv')
+                  'group (Tiny-ImageNet, §5.1)', GN_READS, _gn(resnet50_gn),
+                  info=ModelInfo('conv'))
 registry.register('model', 'resnet50_bn', 'FedGKD\'s ResNet-50 with BatchNorm, for MOON and '
-                  'FedGKD+ on Tiny-ImageNet (§5.1)', build=_plain(resnet50_bn), info='conv')
+                  'FedGKD+ on Tiny-ImageNet (§5.1)', build=_plain(resnet50_bn),
+                  info=ModelInfo('conv', batchnorm=True))

@@ -27,6 +27,7 @@ from flax import linen as nn
 
 from fedjax_drift import registry
 from fedjax_drift.errors import UserError, read_json_input
+from fedjax_drift.models.info import ModelInfo
 from fedjax_drift.models.layers import dense, embed
 
 
@@ -224,23 +225,23 @@ def text_bag(num_classes, vocab_size, seq_len):  # pylint: disable=unused-argume
 
 
 # --- Registration -----------------------------------------------------------------------------
-# build(values, num_classes, input_shape, vocab_size) -> the flax module; info: the family
-# ('text': int32 [B, 2, L] token ids and attention masks). --pretrained is read here and by
+# build(values, num_classes, input_shape, vocab_size) -> the flax module; info: a ModelInfo of
+# family 'text' (int32 [B, 2, L] token ids and attention masks). --pretrained is read here and by
 # the text datasets' tokenizers, so no entry declares it. DistilBERT's layers draw their
 # parameters as Hugging Face's PyTorch `_init_weights` does under every --init.
 registry.register('model', 'distilbert', 'DistilBERT with Hugging Face\'s classification head; '
                   '--pretrained=DIR loads a checkpoint', reads=('dropout',),
                   build=lambda v, num_classes, input_shape, vocab_size: distilbert(
                       num_classes, vocab_size, input_shape[1], v.dropout, v.pretrained),
-                  info='text')
+                  info=ModelInfo('text'))
 registry.register('model', 'text_bag', 'Bag of embeddings (fastText-like): masked mean of 64-d '
                   'token embeddings, linear classifier',
                   build=lambda v, num_classes, input_shape, vocab_size: text_bag(
-                      num_classes, vocab_size, input_shape[1]), info='text')
+                      num_classes, vocab_size, input_shape[1]), info=ModelInfo('text'))
 registry.register('model', 'text_transformer', 'A 2-layer transformer encoder (dim 64, 2 heads, '
                   'FFN 256) in DistilBERT\'s layout', reads=('dropout',),
                   build=lambda v, num_classes, input_shape, vocab_size: text_transformer(
-                      num_classes, vocab_size, input_shape[1], v.dropout), info='text')
+                      num_classes, vocab_size, input_shape[1], v.dropout), info=ModelInfo('text'))
 
 
 # ----------------------------------------------------------------------------------------------

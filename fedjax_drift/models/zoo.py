@@ -67,14 +67,15 @@ class WithProjection(nn.Module):
 def family(name):
   """The family of registered model `name`: 'dense', 'conv' or 'text' (drives the
   client-parallelism choice and what input the model takes)."""
-  return registry.get('model', name).info
+  return registry.get('model', name).info.family
 
 
 def models() -> dict:
   """{name: (build, family)} of the registered models, in registration order, as registered
   now: build(values, num_classes, **shapes) -> the flax module (registry.build gives it its
   declared fields)."""
-  return {name: (entry.build, entry.info) for name, entry in registry.entries('model').items()}
+  return {name: (entry.build, entry.info.family)
+          for name, entry in registry.entries('model').items()}
 
 
 __all__ = ['WithProjection', 'family', 'max_pool_2x2', 'models']
