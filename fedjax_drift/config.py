@@ -147,11 +147,12 @@ def gridable_fields() -> tuple:
 # what that asks of the code reading them). Everything else (model, algorithm, shapes, step
 # counts, variants, buffer sizes, integer and string flags) steers compilation and stays one
 # value per sweep. Marked by gridable=True on the field; see study.py.
-GRIDABLE = gridable_fields()
+GRIDABLE = tuple(f.name for f in dataclasses.fields(Config) if f.metadata.get('gridable'))
 # Scenario axes: values that shape only a run's host-built data (its partition) or its step
 # counts, never an array's shape. study.py builds each run's data with its own value, as it
 # does each seed's, and hands per-run step counts to the round as int32 data on the run axis.
-SCENARIO_AXES = tuple(f.name for f in fields() if f.metadata.get('scenario_axis'))
+SCENARIO_AXES = tuple(f.name for f in dataclasses.fields(Config)
+                      if f.metadata.get('scenario_axis'))
 SWEEPABLE = GRIDABLE + SCENARIO_AXES
 
 

@@ -269,7 +269,12 @@ _PLUGINS = {}  # a plugin as loaded (absolute path or module name) -> its module
 
 
 def reserve(names):
-  """Marks `names` (the core Config's fields: config.py calls this) as taken."""
+  """Marks `names` (the core Config's fields: config.py calls this) as taken; a flag declared
+  under one of them before (by a module of the package imported ahead of config.py) is a
+  ValueError, as it is after."""
+  taken = sorted(set(names) & set(_FLAGS))
+  if taken:
+    raise ValueError(f'flag --{taken[0]} already exists; give the flag another name')
   _RESERVED.update(names)
 
 
