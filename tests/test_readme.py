@@ -103,7 +103,8 @@ def _id(item):
 COMMANDS = readme_commands()
 # Pages whose Python a test of their own runs whole, unshrunk, as one program (running it
 # here too, shrunk, repeated that run: 19 s of the slow command).
-OWN_TEST = {'docs/new_method.md': 'tests/test_new_method.py'}
+OWN_TEST = {'docs/new_method.md': 'tests/test_new_method.py',
+            'docs/new_dataset.md': 'tests/test_new_dataset.py'}
 # Commands for a lent GPU (a call that refuses a CPU by design): their own test runs the
 # same script at tiny sizes on the CPU.
 DEVICE_ONLY = {'benchmarks/gpu_check.py': 'tests/test_gpu_check.py'}
