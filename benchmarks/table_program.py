@@ -12,7 +12,8 @@ method, as every commit before the grouping ran them. Each repetition starts fro
 in; $JAX_COMPILATION_CACHE_DIR unset): a user's first run, each command compiling its own
 programs. Records each variant's wall time, its results.json program count, and whether
 its tables equal the other's cell for cell (results.json rows but the run directories, and
-table.md). Writes benchmarks/results/table-program-<preset>-<date>.json (or --out).
+table.md but the notes of methods whose every run diverged at a scenario, which name the
+directory and round: `same_tables`; `same_text` compares table.md whole). Writes benchmarks/results/table-program-<preset>-<date>.json (or --out).
 """
 import argparse
 import json
@@ -72,6 +73,18 @@ def one(args, variant, workdir):
   return {'wall_s': wall, 'programs': programs, 'rows': rows, 'table': table}
 
 
+def _cells(table):
+  """table.md with each 'Every run diverged, so no row: METHOD @ SCENARIO: NOTE' line cut to
+  its method and scenario: the note names the run directory (a group's, or the scenario's
+  own) and the first round that diverged in it, which differ by nature."""
+  cut = lambda line: (line.split(': ')[0] + ': ' + line.split(': ')[1]
+                      if line.startswith(DIVERGED) else line)
+  return '\n'.join(cut(line) for line in table.split('\n'))
+
+
+DIVERGED = 'Every run diverged, so no row:'
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--preset', default='fedfor_epochs', help="a preset's name, or all")
@@ -89,12 +102,13 @@ def main(argv=None):
                              lambda v, _: one(args, v, workdir), log)
   finally:
     shutil.rmtree(workdir, ignore_errors=True)
-  same = all(g['rows'] == a['rows'] and g['table'] == a['table']
-             for g, a in zip(reps['grouped'], reps['apart']))
+  pairs = list(zip(reps['grouped'], reps['apart']))
+  same = all(g['rows'] == a['rows'] and _cells(g['table']) == _cells(a['table'])
+             for g, a in pairs)
   result = {'preset': args.preset, 'mode': 'cpu', 'only': args.only or 'every method', 'rounds': args.rounds or 'the tier',
             'seeds': args.seeds or 'the tier', 'jobs': args.jobs,
             'commit': interleave.commit(ROOT), 'load_at_start': os.getloadavg()[0],
-            'same_tables': same,
+            'same_tables': same, 'same_text': all(g['table'] == a['table'] for g, a in pairs),
             **{v: {'programs': rs[0]['programs'], 'wall_s': [r['wall_s'] for r in rs],
                    'median_s': statistics.median(r['wall_s'] for r in rs)}
                for v, rs in reps.items()}}
