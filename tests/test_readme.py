@@ -46,6 +46,7 @@ SHRINK = {  # script -> flags appended so that a command does about one round
     'benchmarks/step_ratio.py': ['--quick'],
     'benchmarks/plots.py': ['--reps=1'],
     'benchmarks/program_costs.py': ['--reps=1', '--preset=fedgkd_loss'],  # a small preset
+    'benchmarks/table_program.py': ['--reps=1', '--rounds=1', '--seeds=1', '--only=fedavg'],
 }
 
 
@@ -187,7 +188,7 @@ def _prepare(argv, world, tmp_path):
       argv = argv + [f'--out={run_dir}']
   if script in ('benchmarks/bench.py', 'benchmarks/scale.py', 'benchmarks/host_state.py',
                 'benchmarks/step_ratio.py', 'benchmarks/plots.py',
-                'benchmarks/program_costs.py'):
+                'benchmarks/program_costs.py', 'benchmarks/table_program.py'):
     argv = [a for a in argv if not a.startswith('--out=')] + [f'--out={tmp_path / "b.json"}']
   if script == 'experiments/presets.py':
     argv = argv + [f'--out={tmp_path / "presets"}']
