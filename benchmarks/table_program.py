@@ -29,6 +29,7 @@ import interleave
 
 ROOT = interleave.ROOT
 VARIANTS = {'grouped': [], 'apart': ['--no_group']}
+DIVERGED = 'Every run diverged, so no row:'  # table.md's note of a method with no row
 
 
 def _rows(out):
@@ -77,12 +78,9 @@ def _cells(table):
   """table.md with each 'Every run diverged, so no row: METHOD @ SCENARIO: NOTE' line cut to
   its method and scenario: the note names the run directory (a group's, or the scenario's
   own) and the first round that diverged in it, which differ by nature."""
-  cut = lambda line: (line.split(': ')[0] + ': ' + line.split(': ')[1]
-                      if line.startswith(DIVERGED) else line)
+  cut = lambda line: ': '.join(line.split(': ')[:2]) if line.startswith(DIVERGED) else line
   return '\n'.join(cut(line) for line in table.split('\n'))
 
-
-DIVERGED = 'Every run diverged, so no row:'
 
 
 def main(argv=None):

@@ -27,7 +27,8 @@ def calibrate(model, params, train, test, schedule, lr, terms=(), seed=0, chunk=
 
   train / test: FederatedData over the same clients. terms: Parts whose losses calibration
   adds to the cross-entropy (for_experiment builds --personalize_term's). Returns numpy
-  arrays (acc_before, acc_after, num_test) of shape [N]. norm: the run's data/pipeline.Normalization or None.
+  arrays (acc_before, acc_after, num_test) of shape [N]. norm: the run's
+  data/pipeline.Normalization or None.
   """
   before, after = calibrator(model, params, train, test, schedule, lr, terms, seed, chunk,
                              norm)(params)
