@@ -543,7 +543,7 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
         + '; '.join(summary_['warnings']) + ' (summary.json warnings)')
   bad = [r for r in per_run if r['status'] == 'diverged']
   if bad and not ok:
-    raise DivergenceError(_divergence_message(study, bad, summary_['run_dir']))
+    raise DivergenceError(divergence_message(study.config, bad, summary_['run_dir']))
   if bad:
     log(f'warning: {len(bad)} of {len(per_run)} runs diverged: '
         + '; '.join(f'run {r["run"]} ({run_label(study.runs[r["run"]])}) in round '
@@ -562,17 +562,20 @@ def selection_line(chosen, algo) -> str:
           + (f' [{test["ci95"][0]:.4f}, {test["ci95"][1]:.4f}]' if test['ci95'] else ''))
 
 
-def _divergence_message(study, bad, run_dir):
-  cfg = study.config
+def divergence_message(cfg, bad, run_dir) -> str:
+  """The DivergenceError's one line for runs that all diverged: `bad`, their summary.json
+  records (diverged_round, diverged_client), of a study with Config `cfg` written to
+  `run_dir`; names the round, the last good checkpoint and the flags to lower."""
   knobs = _own_knobs(cfg.algo, lambda k: getattr(cfg, k))
   hint = f'lower --lr (now {cfg.lr:g}){knobs} or check the data'
+  first = min(r['diverged_round'] for r in bad)
+  note = _checkpoint_note(run_dir, first)
   if len(bad) == 1:
     r = bad[0]
     where = f', first at client {r["diverged_client"]}' if r['diverged_client'] >= 0 else ''
     return (f'diverged: non-finite global model or client update in round '
-            f'{r["diverged_round"]}{where}; {_checkpoint_note(run_dir)}; {hint}')
-  return (f'every run diverged (first in round {min(r["diverged_round"] for r in bad)}); '
-          f'{_checkpoint_note(run_dir)}; {hint}')
+            f'{r["diverged_round"]}{where}; {note}; {hint}')
+  return f'every run diverged (first in round {first}); {note}; {hint}'
 
 
 def _own_knobs(algo, value_of):
@@ -595,9 +598,11 @@ def checkpoint_rounds(run_dir) -> list:
       if os.path.isdir(directory) else []
 
 
-def _checkpoint_note(run_dir):
+def _checkpoint_note(run_dir, diverged_round):
+  """Where the last checkpoint from before `diverged_round` is (a later one, which a sweep's
+  other runs went on to write, holds the diverged runs)."""
   directory = os.path.join(run_dir, 'checkpoints')
-  rounds = checkpoint_rounds(run_dir)
+  rounds = [r for r in checkpoint_rounds(run_dir) if r < diverged_round]
   if not rounds:
-    return 'no checkpoint was saved before it'
+    return 'no checkpoint from before it is kept'
   return f'the last good checkpoint (round {rounds[-1]}) is in {directory}'

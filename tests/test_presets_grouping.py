@@ -9,6 +9,7 @@ import pytest
 
 import fedjax_drift
 from fedjax_drift import tables
+from helpers import sweep_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, 'experiments'))
@@ -82,6 +83,29 @@ def test_a_scenario_reads_its_own_runs_out_of_the_group():
   assert status == 'diverged' and 'dirichlet_alpha=0.1' in why and '/out/runs/g' in why
   assert grouping.member(('diverged', 'all of it'), _config(), ('dirichlet_alpha',)) == \
       ('diverged', 'all of it')
+
+
+@pytest.mark.slow  # eight 4-round sweeps of the tiny problem
+@pytest.mark.parametrize('lr', [0.6, 1.0])  # E=1 learns (one run diverges) / diverges too
+def test_a_diverged_scenario_gets_its_own_sweeps_message(tiny_npz, tmp_path, lr):
+  # At E=8 every run diverges in round 1; at E=1 with lr=1 both diverge later (rounds 3 and
+  # 4), after the group's round-2 checkpoint, which E=8's message must not call good.
+  configs = {e: sweep_config(tiny_npz, tmp_path / f'E{e}', lr=lr, local_epochs=e, seeds=2,
+                             eval_every=1) for e in (1, 8)}
+  live = [(f'E={e}', 'fedavg', c) for e, c in configs.items()]
+  [g] = grouping.group(live, lambda _: True, str(tmp_path / 'grouped'))
+  outcome = jobs.run_method_job(g.config, True)
+  assert outcome[0] == ('ok' if lr < 1 else 'diverged')
+  for e, config in configs.items():
+    status, why = grouping.member(outcome, config, g.axes, g.config.out)
+    own = jobs.run_method_job(config, True)
+    if e == 8 or lr == 1.0:
+      assert status == own[0] == 'diverged'
+      assert why == own[1].replace(config.out, g.config.out)
+    else:
+      assert status == own[0] == 'ok' and len(why) == len(own[1]) == 2
+  assert 'first in round 1); no checkpoint from before it is kept' in \
+      grouping.member(outcome, configs[8], g.axes, g.config.out)[1]
 
 
 def _rows(out):

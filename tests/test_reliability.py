@@ -62,7 +62,7 @@ def test_divergence_names_round_and_client_and_keeps_checkpoint(tiny_npz, unequa
   assert result.returncode == 3, result.stderr
   line = result.stderr.strip().splitlines()
   assert len(line) == 1 and 'round 1' in line[0] and 'client' in line[0], result.stderr
-  assert 'no checkpoint was saved before it' in line[0]  # round 1: none exists to name
+  assert 'no checkpoint from before it is kept' in line[0]  # round 1: none exists to name
   summary = json.load(open(out / 'summary.json'))  # the run is recorded as diverged, no score
   assert summary['status'] == 'diverged' and summary['diverged_round'] == 1
   assert summary['final_accuracy'] is None

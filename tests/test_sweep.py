@@ -86,7 +86,7 @@ def test_every_run_diverged_raises(tiny_npz, tmp_path):
     fedjax_drift.run(sweep_config(tiny_npz, tmp_path / 'all', seeds=2, lr=2500.0), **QUIET)
   runs = csv_rows(tmp_path / 'all' / 'runs.csv')
   assert [r['status'] for r in runs] == ['diverged', 'diverged']
-  assert 'no checkpoint was saved' in _checkpoint_message(tmp_path, tiny_npz)
+  assert 'no checkpoint from before it is kept' in _checkpoint_message(tmp_path, tiny_npz)
 
 
 def _checkpoint_message(tmp_path, npz):

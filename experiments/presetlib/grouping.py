@@ -22,7 +22,7 @@ import json
 import os
 
 import fedjax_drift
-from fedjax_drift import study
+from fedjax_drift import results, study
 from fedjax_drift.config import SCENARIO_AXES, parse_grid, grid_points
 
 
@@ -103,18 +103,37 @@ def group(live, sweeps, out_dir, enabled=True) -> list:
 def member(outcome, config, axes, run_dir=None):
   """The outcome (status, runs) of the scenario `config` (its own sweep's Config) out of its
   group's `outcome`: its runs, their grid points without the scenario axes (as its own sweep
-  names them). A scenario whose every run diverged is ('diverged', where), as its own sweep
-  would report it."""
+  names them). A scenario whose every run diverged is ('diverged', message), the message its
+  own sweep would give (its runs' first diverged round) naming the group's `run_dir`, whether
+  the group's other scenarios learned or diverged too."""
   status, runs = outcome
-  if status != 'ok' or not axes:
+  if status not in ('ok', 'diverged') or not axes:
     return outcome
   want = {a: float(getattr(config, a)) for a in axes}
-  mine = [r._replace(point={k: v for k, v in r.point.items() if k not in want})
-          for r in runs if all(r.point.get(a) == v for a, v in want.items())]
-  if all(_diverged(r, config.rounds) for r in mine):
-    where = ', '.join(f'{a}={v:g}' for a, v in want.items())
-    return 'diverged', f'{run_dir or "its sweep"} (every run at {where} diverged)'
-  return status, mine
+  if status == 'ok':
+    runs = [r._replace(point={k: v for k, v in r.point.items() if k not in want})
+            for r in runs if all(r.point.get(a) == v for a, v in want.items())]
+    if not all(_diverged(r, config.rounds) for r in runs):
+      return status, runs
+  records = _records(run_dir, want)
+  if records:
+    return 'diverged', results.divergence_message(config, records, run_dir)
+  if status == 'diverged':  # no summary.json to read: the group's own message
+    return outcome
+  where = ', '.join(f'{a}={v:g}' for a, v in want.items())
+  return 'diverged', f'{run_dir or "its sweep"} (every run at {where} diverged)'
+
+
+def _records(run_dir, want):
+  """summary.json's diverged runs of `run_dir` at the scenario values `want`; [] when it
+  cannot be read (a sweep run in parts: jobs._run_in_parts)."""
+  try:
+    with open(os.path.join(run_dir, 'summary.json')) as f:
+      runs = json.load(f)['runs']
+  except (OSError, TypeError, ValueError, KeyError):
+    return []
+  return [r for r in runs if r.get('status') == 'diverged'
+          and all(r.get(a) is not None and float(r[a]) == v for a, v in want.items())]
 
 
 def _diverged(run, rounds):
