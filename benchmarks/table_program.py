@@ -12,12 +12,14 @@ method, as every commit before the grouping ran them. Each repetition starts fro
 in; $JAX_COMPILATION_CACHE_DIR unset): a user's first run, each command compiling its own
 programs. Records each variant's wall time, its results.json program count, and whether
 its tables equal the other's cell for cell (results.json rows but the run directories, and
-table.md but the notes of methods whose every run diverged at a scenario, which name the
-directory and round: `same_tables`; `same_text` compares table.md whole). Writes benchmarks/results/table-program-<preset>-<date>.json (or --out).
+table.md with the directory that a diverged method's note names as `runs/DIR` in both:
+`same_tables`; `same_text` compares table.md whole). Writes
+benchmarks/results/table-program-<preset>-<date>.json (or --out).
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -75,12 +77,13 @@ def one(args, variant, workdir):
 
 
 def _cells(table):
-  """table.md with each 'Every run diverged, so no row: METHOD @ SCENARIO: NOTE' line cut to
-  its method and scenario: the note names the run directory (a group's, or the scenario's
-  own) and the first round that diverged in it, which differ by nature."""
-  cut = lambda line: ': '.join(line.split(': ')[:2]) if line.startswith(DIVERGED) else line
+  """table.md with the run directory in each 'Every run diverged, so no row: METHOD @
+  SCENARIO: NOTE' line replaced by runs/DIR: the note names the group's directory grouped
+  and the scenario's own apart, and is otherwise the same (its runs' first diverged round,
+  the checkpoint from before it)."""
+  cut = lambda line: re.sub(r'runs/[^/\s;]+', 'runs/DIR', line) if line.startswith(DIVERGED) \
+      else line
   return '\n'.join(cut(line) for line in table.split('\n'))
-
 
 
 def main(argv=None):
