@@ -34,13 +34,28 @@ VARIANTS = {'grouped': [], 'apart': ['--no_group']}
 DIVERGED = 'Every run diverged, so no row:'  # table.md's note of a method with no row
 
 
-def _rows(out):
-  """results.json's scenario rows without the run directories (they name --out)."""
-  with open(os.path.join(out, 'results.json')) as f:
-    results = json.load(f)
-  rows = {s: [{k: ({c: v for c, v in val.items() if c != 'out'} if k == 'config' else val)
-               for k, val in r.items()} for r in rs] for s, rs in results['scenarios'].items()}
-  return results['programs'], rows
+def _tables(out):
+  """(program count, rows, table.md text) of a presets.py --out: one preset's results.json
+  and table.md in `out` itself, or `all`'s in each OUT/<preset>-cpu (programs summed, rows
+  and texts by preset). The rows are results.json's scenario rows without the run
+  directories (they name --out)."""
+  dirs = ([out] if os.path.isfile(os.path.join(out, 'results.json')) else
+          [os.path.join(out, d) for d in sorted(os.listdir(out))
+           if os.path.isfile(os.path.join(out, d, 'results.json'))])
+  if not dirs:
+    raise SystemExit(f'{out} holds no results.json')
+  programs, rows, text = 0, {}, {}
+  for d in dirs:
+    with open(os.path.join(d, 'results.json')) as f:
+      results = json.load(f)
+    name = os.path.relpath(d, out)  # '.' for one preset
+    with open(os.path.join(d, 'table.md')) as f:
+      text[name] = f.read()
+    programs += results['programs']
+    rows[name] = {
+        s: [{k: ({c: v for c, v in val.items() if c != 'out'} if k == 'config' else val)
+             for k, val in r.items()} for r in rs] for s, rs in results['scenarios'].items()}
+  return programs, rows, '\n'.join(text[k] for k in sorted(text))
 
 
 def _fresh_cache(path):
@@ -68,11 +83,10 @@ def one(args, variant, workdir):
   start = time.perf_counter()
   proc = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
   wall = time.perf_counter() - start
+  print(f'{variant}: {wall:.0f} s', flush=True)  # kept even if reading its tables fails
   if proc.returncode:
     raise SystemExit(f'{variant} failed ({proc.returncode}): {proc.stderr[-2000:]}')
-  programs, rows = _rows(out)
-  with open(os.path.join(out, 'table.md')) as f:
-    table = f.read()
+  programs, rows, table = _tables(out)
   return {'wall_s': wall, 'programs': programs, 'rows': rows, 'table': table}
 
 
