@@ -16,9 +16,10 @@ off skips it only when the field is not gridded; gridded, the part runs with wei
 Config.__post_init__, which runs again at each rebuild, must not read gridable fields either.
 
 Scenario axes (fields marked scenario_axis=True: the partition's --dirichlet_alpha and
---classes_per_client, --local_steps and --local_epochs) may be gridded too, but are never
-traced: they shape each run's host-built data or its step counts only (study.py). Every other
-flag is one value per command; --grid refuses it in one line.
+--classes_per_client, the cohort's --clients_per_round, --local_steps and --local_epochs) may
+be gridded too, but are never traced: they shape each run's host-built data, its cohort mask
+or its step counts only (study.py). Every other flag is one value per command; --grid refuses
+it in one line.
 """
 import dataclasses
 
