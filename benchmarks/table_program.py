@@ -37,8 +37,7 @@ DIVERGED = 'Every run diverged, so no row:'  # table.md's note of a method with 
 def _tables(out):
   """(program count, rows, table.md text) of a presets.py --out: one preset's results.json
   and table.md in `out` itself, or `all`'s in each OUT/<preset>-cpu (programs summed, rows
-  and texts by preset). The rows are results.json's scenario rows without the run
-  directories (they name --out)."""
+  and texts by preset). The rows are results.json's scenario rows (_row)."""
   dirs = ([out] if os.path.isfile(os.path.join(out, 'results.json')) else
           [os.path.join(out, d) for d in sorted(os.listdir(out))
            if os.path.isfile(os.path.join(out, d, 'results.json'))])
@@ -52,10 +51,16 @@ def _tables(out):
     with open(os.path.join(d, 'table.md')) as f:
       text[name] = f.read()
     programs += results['programs']
-    rows[name] = {
-        s: [{k: ({c: v for c, v in val.items() if c != 'out'} if k == 'config' else val)
-             for k, val in r.items()} for r in rs] for s, rs in results['scenarios'].items()}
+    rows[name] = {s: [_row(r) for r in rs] for s, rs in results['scenarios'].items()}
   return programs, rows, '\n'.join(text[k] for k in sorted(text))
+
+
+def _row(row):
+  """A results.json row without what names a directory: its config's out, and shared_runs
+  (the run directory of another preset's sweep with the same settings, whose runs it read:
+  grouped, a group's directory; apart, a scenario's)."""
+  return {k: ({c: v for c, v in val.items() if c != 'out'} if k == 'config' else val)
+          for k, val in row.items() if k != 'shared_runs'}
 
 
 def _fresh_cache(path):
@@ -100,6 +105,26 @@ def _cells(table):
   return '\n'.join(cut(line) for line in table.split('\n'))
 
 
+def differences(grouped, apart, most=20) -> list:
+  """Where two variants' tables differ (at most `most`): 'PRESET/SCENARIO/METHOD: KEYS' for
+  each results.json row that differs, and '-LINE'/'+LINE' (apart's, grouped's) for table.md lines
+  that differ after _cells; [] when the tables are the same."""
+  out = []
+  for preset in sorted(set(grouped['rows']) | set(apart['rows'])):
+    g, a = grouped['rows'].get(preset, {}), apart['rows'].get(preset, {})
+    for scenario in sorted(set(g) | set(a)):
+      by_method = lambda rows: {r['method']: r for r in rows}  # noqa: E731
+      mg, ma = by_method(g.get(scenario, [])), by_method(a.get(scenario, []))
+      for m in sorted(set(mg) | set(ma)):
+        rg, ra = mg.get(m, {}), ma.get(m, {})
+        keys = sorted(k for k in set(rg) | set(ra) if rg.get(k) != ra.get(k))
+        out += [f'{preset}/{scenario}/{m}: {",".join(keys)}'] if keys else []
+  lines_g, lines_a = _cells(grouped['table']).split('\n'), _cells(apart['table']).split('\n')
+  out += [f'-{line}' for line in lines_a if line not in lines_g]
+  out += [f'+{line}' for line in lines_g if line not in lines_a]
+  return out[:most]
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--preset', default='fedfor_epochs', help="a preset's name, or all")
@@ -112,18 +137,20 @@ def main(argv=None):
   workdir = tempfile.mkdtemp(prefix='table-program-')
   log = lambda v, r, res: print(f'rep {r} {v}: {res["wall_s"]:.0f} s, {res["programs"]} '
                                 'programs', flush=True)
-  try:
-    reps = interleave.repeat(list(VARIANTS), args.reps,
-                             lambda v, _: one(args, v, workdir), log)
-  finally:
-    shutil.rmtree(workdir, ignore_errors=True)
+  reps = interleave.repeat(list(VARIANTS), args.reps, lambda v, _: one(args, v, workdir), log)
   pairs = list(zip(reps['grouped'], reps['apart']))
-  same = all(g['rows'] == a['rows'] and _cells(g['table']) == _cells(a['table'])
-             for g, a in pairs)
+  found = [differences(g, a) for g, a in pairs]
+  same = not any(found)
+  if same:
+    shutil.rmtree(workdir, ignore_errors=True)
+  else:  # kept to look at: the last repetition's directories
+    print(f'the tables differ; the last repetition is kept in {workdir}:\n  '
+          + '\n  '.join(next(f for f in found if f)), flush=True)
   result = {'preset': args.preset, 'mode': 'cpu', 'only': args.only or 'every method', 'rounds': args.rounds or 'the tier',
             'seeds': args.seeds or 'the tier', 'jobs': args.jobs,
             'commit': interleave.commit(ROOT), 'load_at_start': os.getloadavg()[0],
-            'same_tables': same, 'same_text': all(g['table'] == a['table'] for g, a in pairs),
+            'same_tables': same, 'differences': next((f for f in found if f), []),
+            'same_text': all(g['table'] == a['table'] for g, a in pairs),
             **{v: {'programs': rs[0]['programs'], 'wall_s': [r['wall_s'] for r in rs],
                    'median_s': statistics.median(r['wall_s'] for r in rs)}
                for v, rs in reps.items()}}
