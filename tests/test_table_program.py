@@ -47,3 +47,16 @@ def test_all_presets_are_read_and_their_programs_summed(tmp_path):
   os.makedirs(tmp_path / 'empty')
   with pytest.raises(SystemExit, match='holds no results.json'):
     table_program._tables(tmp_path / 'empty')
+
+
+def test_differences_name_the_row_key_and_the_line(tmp_path):
+  _preset(tmp_path / 'grouped', 5, 0.1, 'g')
+  _preset(tmp_path / 'apart', 25, 0.2, 'a')
+  read = lambda d: dict(zip(('programs', 'rows', 'table'), table_program._tables(d)))  # noqa: E731
+  grouped, apart = read(tmp_path / 'grouped'), read(tmp_path / 'apart')
+  assert table_program.differences(grouped, apart) == [
+      './E=1/fedavg: config', '-| fedavg | 0.2 |', '+| fedavg | 0.1 |']
+  assert table_program.differences(grouped, grouped) == []
+  # shared_runs names another sweep's directory, which grouping renames: not a difference
+  row = {'method': 'fedavg', 'config': {'out': 'x'}, 'shared_runs': 'runs/fedavg-E=1+E=8'}
+  assert table_program._row(row) == {'method': 'fedavg', 'config': {}}
