@@ -543,7 +543,8 @@ def report_end(study, summary_, per_run, total_s, compile_s, log) -> dict:
         + '; '.join(summary_['warnings']) + ' (summary.json warnings)')
   bad = [r for r in per_run if r['status'] == 'diverged']
   if bad and not ok:
-    raise DivergenceError(divergence_message(study.config, bad, summary_['run_dir']))
+    raise DivergenceError(divergence_message(bad, summary_['run_dir'], cfg.algo, cfg.lr,
+                                             lambda k: getattr(cfg, k)))
   if bad:
     log(f'warning: {len(bad)} of {len(per_run)} runs diverged: '
         + '; '.join(f'run {r["run"]} ({run_label(study.runs[r["run"]])}) in round '
@@ -562,12 +563,12 @@ def selection_line(chosen, algo) -> str:
           + (f' [{test["ci95"][0]:.4f}, {test["ci95"][1]:.4f}]' if test['ci95'] else ''))
 
 
-def divergence_message(cfg, bad, run_dir) -> str:
+def divergence_message(bad, run_dir, algo, lr, value_of) -> str:
   """The DivergenceError's one line for runs that all diverged: `bad`, their summary.json
-  records (diverged_round, diverged_client), of a study with Config `cfg` written to
-  `run_dir`; names the round, the last good checkpoint and the flags to lower."""
-  knobs = _own_knobs(cfg.algo, lambda k: getattr(cfg, k))
-  hint = f'lower --lr (now {cfg.lr:g}){knobs} or check the data'
+  records (diverged_round, diverged_client), written to `run_dir` by --algo `algo` at --lr
+  `lr`, value_of(flag) the run's other values; names the round, the last checkpoint from
+  before it and the flags to lower."""
+  hint = f'lower --lr (now {lr:g}){_own_knobs(algo, value_of)} or check the data'
   first = min(r['diverged_round'] for r in bad)
   note = _checkpoint_note(run_dir, first)
   if len(bad) == 1:

@@ -117,7 +117,8 @@ def member(outcome, config, axes, run_dir=None):
       return status, runs
   records = _records(run_dir, want)
   if records:
-    return 'diverged', results.divergence_message(config, records, run_dir)
+    return 'diverged', results.divergence_message(records, run_dir, config.algo, config.lr,
+                                                  lambda k: getattr(config, k))
   if status == 'diverged':  # no summary.json to read: the group's own message
     return outcome
   where = ', '.join(f'{a}={v:g}' for a, v in want.items())
