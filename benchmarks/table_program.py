@@ -109,11 +109,10 @@ def differences(grouped, apart, most=20) -> list:
   """Where two variants' tables differ (at most `most`): 'PRESET/SCENARIO/METHOD: KEYS' for
   each results.json row that differs, and '-LINE'/'+LINE' (apart's, grouped's) for table.md lines
   that differ after _cells; [] when the tables are the same."""
-  out = []
+  out, by_method = [], lambda rows: {r['method']: r for r in rows}
   for preset in sorted(set(grouped['rows']) | set(apart['rows'])):
     g, a = grouped['rows'].get(preset, {}), apart['rows'].get(preset, {})
     for scenario in sorted(set(g) | set(a)):
-      by_method = lambda rows: {r['method']: r for r in rows}  # noqa: E731
       mg, ma = by_method(g.get(scenario, [])), by_method(a.get(scenario, []))
       for m in sorted(set(mg) | set(ma)):
         rg, ra = mg.get(m, {}), ma.get(m, {})

@@ -22,7 +22,7 @@ import json
 import os
 
 import fedjax_drift
-from fedjax_drift import results, study
+from fedjax_drift import results, rundir, study
 from fedjax_drift.config import SCENARIO_AXES, parse_grid, grid_points
 
 
@@ -129,8 +129,7 @@ def _records(run_dir, want):
   """summary.json's diverged runs of `run_dir` at the scenario values `want`; [] when it
   cannot be read (a sweep run in parts: jobs._run_in_parts)."""
   try:
-    with open(os.path.join(run_dir, 'summary.json')) as f:
-      runs = json.load(f)['runs']
+    runs = rundir.read_json(os.path.join(run_dir, 'summary.json'))['runs']
   except (OSError, TypeError, ValueError, KeyError):
     return []
   return [r for r in runs if r.get('status') == 'diverged'
